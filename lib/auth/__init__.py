@@ -1,0 +1,1 @@
+"""Who may call what: cron bearer, Clerk sessions, platform surfaces, tenant capabilities."""

@@ -1,0 +1,106 @@
+"""Clerk session verification, networkless (CONTRACTS §4).
+
+A session is a Clerk session JWT signed RS256. It is verified with the PEM public key in
+``CLERK_JWT_KEY`` (Clerk's "networkless" mode: no call to Clerk's key server), ``exp`` and
+``nbf`` checked with 5 s leeway, and ``azp`` checked against ``CLERK_AUTHORIZED_PARTIES`` when
+that list is set. The token comes from ``Authorization: Bearer`` or, for browsers and
+``EventSource`` (which cannot set headers), the ``__session`` cookie. No key configured: no
+session verifies (fail closed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+from starlette.requests import Request
+
+from lib.settings import get_settings, secret_or_none
+
+LEEWAY_SECONDS = 5
+SESSION_COOKIE = "__session"
+
+
+class SessionError(Exception):
+    """The request carries no verifiable session; the message is safe to show the caller."""
+
+
+@dataclass(frozen=True)
+class Session:
+    user_id: str
+    tenant_scope_id: str | None
+    org_role: str | None
+    platform_role: str | None
+    claims: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def session_token_from(request: Request) -> str | None:
+    authorization = request.headers.get("authorization", "")
+    scheme, _, credentials = authorization.partition(" ")
+    if scheme.lower() == "bearer" and credentials.strip():
+        return credentials.strip()
+    cookie = request.cookies.get(SESSION_COOKIE)
+    return cookie.strip() if cookie and cookie.strip() else None
+
+
+@lru_cache(maxsize=4)
+def _public_key(pem: str) -> Any:
+    # Accept the key with literal "\n" sequences too, the form most dashboards store it in.
+    return load_pem_public_key(pem.replace("\\n", "\n").encode())
+
+
+def verify_session_token(token: str) -> Session:
+    settings = get_settings()
+    pem = secret_or_none(settings.clerk_jwt_key)
+    if pem is None:
+        raise SessionError("Session verification is not configured.")
+    try:
+        key = _public_key(pem)
+    except (ValueError, TypeError) as error:
+        raise SessionError("Session verification key is invalid.") from error
+    try:
+        claims = jwt.decode(
+            token,
+            key,
+            algorithms=["RS256"],
+            leeway=LEEWAY_SECONDS,
+            options={"require": ["exp", "sub"], "verify_aud": False},
+        )
+    except jwt.ExpiredSignatureError as error:
+        raise SessionError("The session has expired.") from error
+    except jwt.ImmatureSignatureError as error:
+        raise SessionError("The session is not valid yet.") from error
+    except jwt.PyJWTError as error:
+        raise SessionError("The session token is invalid.") from error
+
+    parties = settings.authorized_parties
+    if parties and claims.get("azp") not in parties:
+        raise SessionError("The session was issued for another origin.")
+    return session_from_claims(claims)
+
+
+def session_from_claims(claims: dict[str, Any]) -> Session:
+    def text_claim(name: str) -> str | None:
+        value = claims.get(name)
+        return value.strip() if isinstance(value, str) and value.strip() else None
+
+    user_id = text_claim("sub")
+    if user_id is None:
+        raise SessionError("The session has no subject.")
+    return Session(
+        user_id=user_id,
+        tenant_scope_id=text_claim("org_id"),
+        org_role=text_claim("org_role"),
+        platform_role=text_claim("platform_role"),
+        claims=claims,
+    )
+
+
+def session_from_request(request: Request) -> Session:
+    token = session_token_from(request)
+    if token is None:
+        raise SessionError("No session: sign in first.")
+    return verify_session_token(token)

@@ -1,0 +1,1 @@
+"""Postgres: the connection pool, the migrations, and the KV state store."""

@@ -1,0 +1,73 @@
+"""The Postgres connection pool, sized for serverless.
+
+One ``psycopg_pool.AsyncConnectionPool`` per process and event loop, opened lazily on first use
+(no connection at import, so a cold start that never touches the database pays nothing).
+``min_size`` is 0 so an idle instance holds no connections, and ``max_size`` is small
+(``ERMIS_DB_POOL_MAX_SIZE``, default 4): many warm instances share one Postgres, so each keeps
+only what one invocation can use. Pools are keyed by event loop because a pool's connections
+belong to the loop that opened them (a test client or Mangum may run another loop).
+
+``DATABASE_URL`` unset: ``DatabaseNotConfigured``, which routes turn into the typed 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from lib.settings import get_settings, secret_or_none
+
+CONNECT_TIMEOUT_SECONDS = 5.0
+
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class DatabaseNotConfigured(RuntimeError):
+    def __init__(self) -> None:
+        super().__init__("DATABASE_URL is not set")
+
+
+async def get_pool() -> AsyncConnectionPool:
+    loop = asyncio.get_running_loop()
+    pool = _pools.get(loop)
+    if pool is not None:
+        return pool
+    settings = get_settings()
+    conninfo = secret_or_none(settings.database_url)
+    if conninfo is None:
+        raise DatabaseNotConfigured()
+    pool = AsyncConnectionPool(
+        conninfo,
+        min_size=0,
+        max_size=settings.db_pool_max_size,
+        timeout=CONNECT_TIMEOUT_SECONDS,
+        kwargs={"row_factory": dict_row, "connect_timeout": int(CONNECT_TIMEOUT_SECONDS)},
+        open=False,
+        name="ermis",
+    )
+    _pools[loop] = pool
+    await pool.open(wait=False)
+    return pool
+
+
+@asynccontextmanager
+async def connection() -> AsyncIterator[AsyncConnection]:
+    """A pooled connection; leaving the block commits, or rolls back on an exception."""
+    pool = await get_pool()
+    async with pool.connection() as conn:
+        yield conn
+
+
+async def close_pools() -> None:
+    """Close this loop's pool (tests and the dev server on shutdown)."""
+    pool = _pools.pop(asyncio.get_running_loop(), None)
+    if pool is not None:
+        await pool.close()

@@ -1,0 +1,1 @@
+"""HTTP plumbing shared by every function: typed errors, the app builder, gated routes."""

@@ -1,0 +1,68 @@
+"""The function app builder: what every ``api/`` file calls to make its ``app``.
+
+``function_app(*routes)`` returns a Starlette app with the bundle's invariants:
+
+- unknown path → 404 JSON, method not served → 405 JSON with ``Allow``;
+- any exception that escapes a handler → reported once, typed 500 JSON (never a traceback);
+  an exception after a streaming response started is reported and the stream closed;
+- ``run_after_response`` works inside every request.
+"""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from lib.http.errors import error_response, internal_error_response
+from lib.observability import log_server_error
+from lib.runtime.after_response import AfterResponseMiddleware
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return error_response(404, "not_found", f"No route for {request.url.path}.")
+    if exc.status_code == 405:
+        allow = (exc.headers or {}).get("Allow", "")
+        return error_response(405, "method_not_allowed", f"{request.method} is not served here.", allow=allow)
+    return error_response(exc.status_code, "http_error", str(exc.detail))
+
+
+class TypedServerErrorMiddleware:
+    """Turns an escaped exception into the typed 500, logged exactly once."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as error:  # noqa: BLE001 - this is the last line of defence
+            if started:
+                log_server_error(scope["path"], error)
+                return
+            await internal_error_response(scope["path"], error)(scope, receive, send)
+
+
+def function_app(*routes: BaseRoute) -> Starlette:
+    return Starlette(
+        routes=list(routes),
+        middleware=[Middleware(AfterResponseMiddleware), Middleware(TypedServerErrorMiddleware)],
+        exception_handlers={404: _http_error, 405: _http_error},
+    )

@@ -1,0 +1,56 @@
+"""Gated routes: every method of every route names the gate that protects it.
+
+``route(path, GET=guarded(CRON_BEARER, run), POST=guarded(surface("state"), run))`` builds a
+Starlette ``Route`` whose endpoint admits the request through the method's gate, then runs the
+handler. ``ApiError`` from either becomes its JSON response. The endpoint carries a ``gates``
+map (method → gate label) that the auth-guard test reads, so an unguarded route cannot exist
+without failing CI.
+
+Paths are the full public paths (``/api/stories/{storyId}/events``): on Vercel a function
+receives the original request path, so the same app answers under the dev server, on Vercel
+and behind Mangum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from lib.auth.gates import Gate
+from lib.http.errors import ApiError
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class GatedEndpoint:
+    gate: Gate
+    handler: Handler
+
+
+def guarded(gate: Gate, handler: Handler) -> GatedEndpoint:
+    return GatedEndpoint(gate, handler)
+
+
+def route(path: str, **by_method: GatedEndpoint) -> Route:
+    """A route serving each given HTTP method (``GET=``, ``POST=``...) behind its own gate."""
+    endpoints = {method.upper(): endpoint for method, endpoint in by_method.items()}
+    if not endpoints:
+        raise ValueError(f"route {path} serves no method")
+
+    async def dispatch(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        endpoint = endpoints[method]
+        try:
+            await endpoint.gate.admit(request)
+            return await endpoint.handler(request)
+        except ApiError as error:
+            return error.to_response()
+
+    dispatch.gates = {method: endpoint.gate.label for method, endpoint in endpoints.items()}  # type: ignore[attr-defined]
+    dispatch.__name__ = f"dispatch {path}"
+    return Route(path, dispatch, methods=list(endpoints))

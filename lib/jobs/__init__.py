@@ -1,0 +1,1 @@
+"""Scheduled jobs: the cron gate helpers, the cron route shape, and the drains."""

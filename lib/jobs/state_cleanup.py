@@ -1,0 +1,60 @@
+"""``/api/admin/state/cleanup``: housekeeping for the Postgres KV store (spec: state cleanup).
+
+Reads already ignore expired rows, but nothing deleted them, so abandoned keys (old feed caches
+of several kB each) accumulated. Daily at 03:00 this deletes:
+
+1. ``platform_state`` rows whose ``expires_at`` has passed;
+2. ``platform_state_hash`` rows under ``platform:ai-envelope-threshold-firings:`` not updated
+   for ``THRESHOLD_FIRING_RETENTION_DAYS`` (90).
+
+Deletion runs in batches of ``CLEANUP_BATCH_SIZE`` rows, each its own short transaction, so a
+backlog of millions never holds one long lock or one huge WAL burst. As the spec says, this
+route catches its own errors and answers the typed 500 itself.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from lib.clock import iso_timestamp
+from lib.db.state_store import delete_expired_state_batch, delete_stale_hash_records_batch
+from lib.http.errors import internal_error_response
+
+ROUTE = "/api/admin/state/cleanup"
+CLEANUP_BATCH_SIZE = 5_000
+THRESHOLD_FIRING_RETENTION_DAYS = 90
+THRESHOLD_FIRING_HASH_PREFIX = "platform:ai-envelope-threshold-firings:"
+
+
+async def cleanup_platform_state(batch_size: int = CLEANUP_BATCH_SIZE) -> dict[str, Any]:
+    deleted = 0
+    while True:
+        removed = await delete_expired_state_batch(batch_size)
+        deleted += removed
+        if removed < batch_size:
+            break
+
+    retention = timedelta(days=THRESHOLD_FIRING_RETENTION_DAYS)
+    deleted_hash_records = 0
+    while True:
+        removed = await delete_stale_hash_records_batch(THRESHOLD_FIRING_HASH_PREFIX, retention, batch_size)
+        deleted_hash_records += removed
+        if removed < batch_size:
+            break
+
+    return {
+        "deleted": deleted,
+        "deletedHashRecords": deleted_hash_records,
+        "processedAt": iso_timestamp(),
+    }
+
+
+async def run_state_cleanup(_request: Request) -> Response:
+    try:
+        return JSONResponse(await cleanup_platform_state())
+    except Exception as error:  # noqa: BLE001 - the spec's own try/catch
+        return internal_error_response(ROUTE, error)

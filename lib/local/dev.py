@@ -1,0 +1,184 @@
+"""``scripts/dev``: every function on http://127.0.0.1:3000, as Vercel would serve it.
+
+Start-up, in order:
+
+1. Secrets: ``CRON_SECRET``, ``ERMIS_QUEUE_SIGNING_SECRET`` and ``CLERK_JWT_KEY`` are taken
+   from the environment when set, otherwise generated for this session (the Clerk key is the
+   development key pair's public half, see ``dev_keys``) and printed.
+2. Services: ``DATABASE_URL`` unset → embedded Postgres; no ``REDIS_URL`` and no Upstash
+   variables → embedded Redis; ``--upstash`` puts the Upstash REST front (``upstash_rest``) in
+   front of that Redis so the production client is the one in use. Migrations are applied.
+   (The embedded Vercel Queue service joins here, with the queue pipeline.)
+3. The router (``server.VercelRouter``) on ``PORT`` and the cron scheduler (``scheduler``),
+   which fires ``vercel.json``'s crons on their schedules with the cron bearer.
+
+The session's URL and cron secret are written to ``.data/dev-session.json`` for
+``scripts/cron``. A port in use or a service that cannot start ends with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import signal
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import uvicorn
+
+from lib.clock import iso_timestamp
+from lib.db.migrate import apply_migrations
+from lib.local.dev_keys import ensure_dev_key_pair
+from lib.local.scheduler import (
+    CronEntry,
+    CronScheduler,
+    SimulatedClock,
+    invoke_cron,
+    load_crons,
+    system_clock,
+)
+from lib.local.server import VercelRouter
+from lib.local.services import (
+    EmbeddedPostgres,
+    EmbeddedRedis,
+    ServiceStartError,
+    ensure_port_free,
+    free_port,
+)
+from lib.settings import get_settings
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = PROJECT_ROOT / ".data"
+SESSION_FILE = DATA_DIR / "dev-session.json"
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def prepare_secrets() -> None:
+    for name in ("CRON_SECRET", "ERMIS_QUEUE_SIGNING_SECRET"):
+        if not os.environ.get(name):
+            os.environ[name] = secrets.token_urlsafe(32)
+            _say(f"  generated {name}={os.environ[name]}")
+    if not os.environ.get("CLERK_JWT_KEY"):
+        _, public_pem = ensure_dev_key_pair(DATA_DIR / "dev-keys")
+        os.environ["CLERK_JWT_KEY"] = public_pem
+        _say("  CLERK_JWT_KEY = the development key pair in .data/dev-keys (mint with scripts/dev-token)")
+
+
+def prepare_services(use_upstash: bool, started: list[EmbeddedPostgres | EmbeddedRedis]) -> int | None:
+    """Embedded services where no URL is set (appended to ``started`` so the caller stops
+    them); returns the Upstash front's port when asked for one."""
+    if not os.environ.get("DATABASE_URL"):
+        postgres = EmbeddedPostgres(DATA_DIR / "postgres")
+        started.append(postgres)
+        os.environ["DATABASE_URL"] = postgres.start()
+        _say(f"  embedded Postgres: {os.environ['DATABASE_URL']}")
+    if not os.environ.get("REDIS_URL") and not os.environ.get("UPSTASH_REDIS_REST_URL"):
+        redis = EmbeddedRedis(DATA_DIR / "redis")
+        started.append(redis)
+        os.environ["REDIS_URL"] = redis.start()
+        _say(f"  embedded Redis: {os.environ['REDIS_URL']}")
+    upstash_port = None
+    if use_upstash and not os.environ.get("UPSTASH_REDIS_REST_URL"):
+        upstash_port = free_port()
+        os.environ["UPSTASH_REDIS_REST_URL"] = f"http://127.0.0.1:{upstash_port}"
+        os.environ["UPSTASH_REDIS_REST_TOKEN"] = secrets.token_urlsafe(24)
+        _say(f"  Upstash REST front: {os.environ['UPSTASH_REDIS_REST_URL']} -> {os.environ['REDIS_URL']}")
+    get_settings.cache_clear()
+    applied = apply_migrations(os.environ["DATABASE_URL"])
+    _say(f"  migrations: {', '.join(applied) if applied else 'up to date'}")
+    return upstash_port
+
+
+async def serve(host: str, port: int, clock_start: datetime | None, upstash_port: int | None) -> None:
+    router = VercelRouter(PROJECT_ROOT)
+    base_url = f"http://{host}:{port}"
+    servers = [uvicorn.Server(uvicorn.Config(router, host=host, port=port, log_level="warning"))]
+    if upstash_port is not None:
+        from lib.local.upstash_rest import upstash_rest_app
+
+        front = upstash_rest_app(os.environ["REDIS_URL"], os.environ["UPSTASH_REDIS_REST_TOKEN"])
+        servers.append(
+            uvicorn.Server(uvicorn.Config(front, host="127.0.0.1", port=upstash_port, log_level="warning"))
+        )
+
+    cron_secret = os.environ["CRON_SECRET"]
+
+    async def fire(entry: CronEntry, moment: datetime) -> None:
+        label = f"[cron] {iso_timestamp(moment)} {entry.name} GET {entry.path}"
+        try:
+            response = await invoke_cron(base_url, entry, cron_secret)
+            _say(f"{label} -> {response.status_code} {response.text}")
+        except Exception as error:  # noqa: BLE001 - keep scheduling the others
+            _say(f"{label} failed: {error}")
+
+    crons = load_crons(PROJECT_ROOT)
+    clock = SimulatedClock(clock_start) if clock_start else system_clock
+    scheduler = CronScheduler(crons, fire, clock)
+
+    SESSION_FILE.write_text(json.dumps({"url": base_url, "cronSecret": cron_secret}))
+    SESSION_FILE.chmod(0o600)
+    _say(f"serving {base_url}")
+    for route in sorted(router.routes, key=lambda r: r.pattern):
+        _say(f"  {base_url}{route.pattern}  <- {route.file}")
+    for entry in crons:
+        _say(f"  cron {entry.name:<24} {entry.schedule:<14} GET {entry.path}")
+    if clock_start:
+        _say(f"  cron clock starts at {iso_timestamp(clock_start)}")
+
+    stop = asyncio.Event()
+    scheduler_task = asyncio.create_task(scheduler.run(stop))
+    try:
+        await asyncio.gather(*(server.serve() for server in servers))
+    finally:
+        stop.set()
+        await scheduler_task
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/dev", description="Serve every api/ function locally.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "3000")))
+    parser.add_argument(
+        "--cron-clock-start",
+        type=datetime.fromisoformat,
+        help="run the cron clock from this ISO instant (e.g. 2026-01-01T02:59:58+00:00)",
+    )
+    parser.add_argument(
+        "--upstash", action="store_true", help="use the Upstash REST client via upstash-local"
+    )
+    args = parser.parse_args(argv)
+
+    # SIGTERM (a supervisor, a test) shuts down like Ctrl-C, so the embedded services stop too.
+    signal.signal(signal.SIGTERM, _interrupt)
+    started: list[EmbeddedPostgres | EmbeddedRedis] = []
+    try:
+        ensure_port_free(args.host, args.port)
+        DATA_DIR.mkdir(exist_ok=True)
+        _say("ErmisAI functions, local runtime")
+        prepare_secrets()
+        upstash_port = prepare_services(args.upstash, started)
+        asyncio.run(serve(args.host, args.port, args.cron_clock_start, upstash_port))
+    except ServiceStartError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for service in reversed(started):
+            service.stop()
+    return 0
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,91 @@
+"""The dev server's router: every ``api/`` function behind one ASGI app, routed as Vercel does.
+
+Each function file is imported once (by path: ``[storyId]`` is not a valid module name) and
+its ``app`` receives the request unchanged, full path included, with dynamic segments also in
+the query string — what the function sees on Vercel. Files in ``public/`` are served at the
+root like Vercel's static output. Anything else is a 404 JSON.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import mimetypes
+import sys
+from pathlib import Path
+from types import ModuleType
+from urllib.parse import urlencode
+
+from starlette.responses import FileResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from lib.http.errors import error_response
+from lib.local.routing import FunctionRoute, discover_routes, resolve
+
+
+def load_function_module(project_root: Path, route: FunctionRoute) -> ModuleType:
+    module_name = "ermis_fn_" + "".join(c if c.isalnum() else "_" for c in route.file)
+    spec = importlib.util.spec_from_file_location(module_name, project_root / route.file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {route.file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_function_app(project_root: Path, route: FunctionRoute) -> ASGIApp:
+    module = load_function_module(project_root, route)
+    app = getattr(module, "app", None)
+    if app is None:
+        raise ImportError(f"{route.file} defines no top-level `app`")
+    return app
+
+
+class VercelRouter:
+    """One ASGI app in front of every function, with Vercel's file routing."""
+
+    def __init__(self, project_root: Path) -> None:
+        self.project_root = project_root
+        self.public_dir = project_root / "public"
+        self.routes = discover_routes(project_root)
+        self.apps = {route.file: load_function_app(project_root, route) for route in self.routes}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _accept_lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path = scope["path"]
+        found = resolve(self.routes, path)
+        if found is not None:
+            route, params = found
+            if params:
+                extra = urlencode(params).encode()
+                query = scope.get("query_string", b"")
+                scope = {**scope, "query_string": query + b"&" + extra if query else extra}
+            await self.apps[route.file](scope, receive, send)
+            return
+        static = self._static_file(path)
+        if static is not None:
+            media_type = mimetypes.guess_type(static.name)[0] or "application/octet-stream"
+            await FileResponse(static, media_type=media_type)(scope, receive, send)
+            return
+        await error_response(404, "not_found", f"No route for {path}.")(scope, receive, send)
+
+    def _static_file(self, path: str) -> Path | None:
+        relative = path.lstrip("/") or "index.html"
+        candidate = (self.public_dir / relative).resolve()
+        if self.public_dir.resolve() not in candidate.parents or not candidate.is_file():
+            return None
+        return candidate
+
+
+async def _accept_lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

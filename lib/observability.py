@@ -1,0 +1,110 @@
+"""The error sink: one JSON line on stderr per error, and Sentry when ``SENTRY_DSN`` is set.
+
+``log_server_error`` is the spec's ``logServerError``: crons, queue consumers and
+after-response work all report through it. Sentry is initialised lazily on the first report
+(no import-time cost for a cold start) and once per DSN. Every configured secret is redacted
+from the message and the fields before anything leaves the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from lib.settings import get_settings, secret_or_none
+
+REDACTED = "[redacted]"
+_sentry_lock = threading.Lock()
+_sentry_dsn_in_use: str | None = None
+
+
+def redact(text: str) -> str:
+    for secret in sorted(get_settings().secret_values(), key=len, reverse=True):
+        if len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def describe_error(error: BaseException | str) -> str:
+    if isinstance(error, BaseException):
+        message = str(error) or type(error).__name__
+        return redact(f"{type(error).__name__}: {message}")
+    return redact(error)
+
+
+def log_server_error(context: str, error: BaseException | str, **fields: Any) -> None:
+    """Report one server-side error: stderr always, Sentry when configured. Never raises."""
+    safe_fields = {key: _redact_value(value) for key, value in fields.items()}
+    line = {
+        "level": "error",
+        "context": context,
+        "error": describe_error(error),
+        "at": datetime.now(UTC).isoformat(),
+        **safe_fields,
+    }
+    with contextlib.suppress(Exception):  # the sink must never take the caller down
+        sys.stderr.write(json.dumps(line, default=str) + "\n")
+        sys.stderr.flush()
+    _report_to_sentry(context, error, safe_fields)
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, (int, float, bool)) or value is None:
+        return value
+    return redact(json.dumps(value, default=str))
+
+
+def ensure_sentry() -> bool:
+    """Initialise sentry-sdk once for the configured DSN; False when Sentry is not configured."""
+    global _sentry_dsn_in_use
+    dsn = secret_or_none(get_settings().sentry_dsn)
+    if dsn is None:
+        return False
+    with _sentry_lock:
+        if _sentry_dsn_in_use != dsn:
+            import sentry_sdk
+
+            sentry_sdk.init(
+                dsn=dsn,
+                default_integrations=False,
+                send_default_pii=False,
+                before_send=_redact_sentry_event,
+            )
+            _sentry_dsn_in_use = dsn
+    return True
+
+
+def _redact_sentry_event(event: dict[str, Any], _hint: dict[str, Any]) -> dict[str, Any]:
+    for exception in (event.get("exception") or {}).get("values") or []:
+        if isinstance(exception.get("value"), str):
+            exception["value"] = redact(exception["value"])
+    if isinstance(event.get("message"), str):
+        event["message"] = redact(event["message"])
+    return event
+
+
+def _report_to_sentry(context: str, error: BaseException | str, fields: dict[str, Any]) -> None:
+    try:
+        if not ensure_sentry():
+            return
+        import sentry_sdk
+
+        with sentry_sdk.new_scope() as scope:
+            scope.set_tag("context", context)
+            for key, value in fields.items():
+                scope.set_extra(key, value)
+            if isinstance(error, BaseException):
+                sentry_sdk.capture_exception(error)
+            else:
+                sentry_sdk.capture_message(f"{context}: {describe_error(error)}", level="error")
+    except Exception as sentry_failure:  # noqa: BLE001 - reporting must not raise
+        sys.stderr.write(
+            json.dumps({"level": "error", "context": "sentry", "error": describe_error(sentry_failure)})
+            + "\n"
+        )

@@ -1,0 +1,1 @@
+"""Redis: one factory for the Upstash REST client or a plain Redis client."""

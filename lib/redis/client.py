@@ -1,0 +1,69 @@
+"""The Redis client factory.
+
+``get_redis()`` returns one async client per process and event loop:
+
+- ``UPSTASH_REDIS_REST_URL`` + ``UPSTASH_REDIS_REST_TOKEN`` → ``upstash_redis.asyncio.Redis``,
+  production's client (HTTP per command, no connection to hold across invocations);
+- otherwise ``REDIS_URL`` → ``redis.asyncio.Redis`` (self-hosting, tests), decoding to ``str``
+  like the Upstash client does;
+- otherwise ``None``: callers answer ``redis_not_configured`` where the spec says so.
+
+Both clients expose the same command methods for what the bundle uses (``get``, ``set`` with
+``nx``/``px``, ``lpush``, ``lmove``, ``lrange``, ``eval``, ``pipeline``...), so domain code is
+written once. ``scripts/upstash-local`` lets the Upstash client run against a local Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any
+
+from lib.settings import get_settings, secret_or_none
+
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+REDIS_NOT_CONFIGURED = "redis_not_configured"
+
+
+def redis_kind() -> str | None:
+    """Which client ``get_redis`` builds: ``"upstash"``, ``"redis"`` or ``None``."""
+    settings = get_settings()
+    if settings.upstash_redis_rest_url and secret_or_none(settings.upstash_redis_rest_token):
+        return "upstash"
+    if secret_or_none(settings.redis_url):
+        return "redis"
+    return None
+
+
+def get_redis() -> Any | None:
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is not None:
+        return client
+    kind = redis_kind()
+    if kind is None:
+        return None
+    settings = get_settings()
+    if kind == "upstash":
+        from upstash_redis.asyncio import Redis as UpstashRedis
+
+        client = UpstashRedis(
+            url=settings.upstash_redis_rest_url,
+            token=secret_or_none(settings.upstash_redis_rest_token),
+            allow_telemetry=False,
+        )
+    else:
+        from redis.asyncio import Redis as PlainRedis
+
+        client = PlainRedis.from_url(secret_or_none(settings.redis_url), decode_responses=True)
+    _clients[loop] = client
+    return client
+
+
+async def close_redis() -> None:
+    client = _clients.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        # redis-py names it aclose(); the Upstash client, close().
+        closer = getattr(client, "aclose", None) or client.close
+        await closer()

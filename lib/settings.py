@@ -1,0 +1,85 @@
+"""Every environment variable of the bundle, read in one place (CONTRACTS §3).
+
+``get_settings()`` parses the environment once per process, which is what a warm serverless
+instance wants; tests that change the environment call ``get_settings.cache_clear()``.
+Secrets are ``SecretStr`` so they never print by accident, and ``secret_values()`` lists them
+for the log redactor in ``lib.observability``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="", case_sensitive=False, extra="ignore", env_ignore_empty=True
+    )
+
+    database_url: SecretStr | None = None
+    db_pool_max_size: int = Field(default=4, ge=1, validation_alias="ERMIS_DB_POOL_MAX_SIZE")
+    upstash_redis_rest_url: str | None = None
+    upstash_redis_rest_token: SecretStr | None = None
+    redis_url: SecretStr | None = None
+
+    cron_secret: SecretStr | None = None
+    ermis_queue_signing_secret: SecretStr | None = None
+    ermis_queue_signing_secret_next: SecretStr | None = None
+    vercel_oidc_token: SecretStr | None = None
+    vercel_queue_api_token: SecretStr | None = None
+    vercel_queue_base_url: str | None = None
+    vercel_region: str | None = None
+
+    ermis_tenant_ingestion_time_budget_ms: int = 240_000
+    ermis_metering_batch_size: int = Field(default=100, ge=1)
+    polar_access_token: SecretStr | None = None
+    polar_server_url: str | None = None
+    sentry_dsn: SecretStr | None = None
+
+    clerk_jwt_key: SecretStr | None = None
+    clerk_authorized_parties: str | None = None
+
+    ermis_sse_poll_interval_ms: int | None = None
+    ermis_sse_max_duration_s: float | None = None
+
+    @property
+    def authorized_parties(self) -> list[str]:
+        raw = self.clerk_authorized_parties or ""
+        return [party.strip() for party in raw.split(",") if party.strip()]
+
+    def secret_values(self) -> list[str]:
+        """Every configured secret, including a password embedded in a service URL."""
+        values: list[str] = []
+        for name, field_value in self:
+            if isinstance(field_value, SecretStr):
+                raw = field_value.get_secret_value()
+                if raw:
+                    values.append(raw)
+                    password = _url_password(raw) if name.endswith("_url") else None
+                    if password:
+                        values.append(password)
+        return values
+
+
+def _url_password(url: str) -> str | None:
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
+
+
+def secret_or_none(value: SecretStr | None) -> str | None:
+    """The secret's text, with an empty or whitespace-only value treated as unset."""
+    if value is None:
+        return None
+    raw = value.get_secret_value()
+    return raw if raw.strip() else None
