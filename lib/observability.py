@@ -66,14 +66,13 @@ def ensure_sentry() -> bool:
     dsn = secret_or_none(get_settings().sentry_dsn)
     if dsn is None:
         return False
-    with _sentry_lock:
-        if _sentry_dsn_in_use != dsn:
-            import sentry_sdk
+    import sentry_sdk
 
+    with _sentry_lock:
+        if _sentry_dsn_in_use != dsn or not sentry_sdk.get_client().is_active():
             sentry_sdk.init(
                 dsn=dsn,
                 default_integrations=False,
-                send_default_pii=False,
                 before_send=_redact_sentry_event,
             )
             _sentry_dsn_in_use = dsn
@@ -105,6 +104,5 @@ def _report_to_sentry(context: str, error: BaseException | str, fields: dict[str
                 sentry_sdk.capture_message(f"{context}: {describe_error(error)}", level="error")
     except Exception as sentry_failure:  # noqa: BLE001 - reporting must not raise
         sys.stderr.write(
-            json.dumps({"level": "error", "context": "sentry", "error": describe_error(sentry_failure)})
-            + "\n"
+            json.dumps({"level": "error", "context": "sentry", "error": describe_error(sentry_failure)}) + "\n"
         )

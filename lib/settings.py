@@ -16,9 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="", case_sensitive=False, extra="ignore", env_ignore_empty=True
-    )
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore", env_ignore_empty=True)
 
     database_url: SecretStr | None = None
     db_pool_max_size: int = Field(default=4, ge=1, validation_alias="ERMIS_DB_POOL_MAX_SIZE")

@@ -38,14 +38,10 @@ def apply_migrations(conninfo: str) -> list[str]:
             checksum = hashlib.sha256(sql.encode()).hexdigest()
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
-                row = conn.execute(
-                    "SELECT checksum FROM schema_migrations WHERE version = %s", (path.name,)
-                ).fetchone()
+                row = conn.execute("SELECT checksum FROM schema_migrations WHERE version = %s", (path.name,)).fetchone()
                 if row is not None:
                     if row[0] != checksum:
-                        raise RuntimeError(
-                            f"migration {path.name} changed after it was applied; add a new file"
-                        )
+                        raise RuntimeError(f"migration {path.name} changed after it was applied; add a new file")
                     continue
                 conn.execute(sql)
                 conn.execute(

@@ -25,9 +25,7 @@ from lib.settings import get_settings, secret_or_none
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 
-_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool] = (
-    weakref.WeakKeyDictionary()
-)
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool] = weakref.WeakKeyDictionary()
 
 
 class DatabaseNotConfigured(RuntimeError):

@@ -72,9 +72,7 @@ async def get_state_hash(key: str) -> dict[str, Any]:
 
 async def get_state_hash_field(key: str, field: str) -> Any | None:
     async with connection() as conn:
-        cursor = await conn.execute(
-            "SELECT value FROM platform_state_hash WHERE key = %s AND field = %s", (key, field)
-        )
+        cursor = await conn.execute("SELECT value FROM platform_state_hash WHERE key = %s AND field = %s", (key, field))
         row = await cursor.fetchone()
     return None if row is None else row["value"]
 
@@ -91,9 +89,7 @@ async def set_state_hash_field(key: str, field: str, value: Any) -> None:
 
 async def delete_state_hash_field(key: str, field: str) -> bool:
     async with connection() as conn:
-        cursor = await conn.execute(
-            "DELETE FROM platform_state_hash WHERE key = %s AND field = %s", (key, field)
-        )
+        cursor = await conn.execute("DELETE FROM platform_state_hash WHERE key = %s AND field = %s", (key, field))
     return cursor.rowcount > 0
 
 

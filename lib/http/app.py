@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -55,7 +57,11 @@ class TypedServerErrorMiddleware:
             await self.app(scope, receive, tracking_send)
         except Exception as error:  # noqa: BLE001 - this is the last line of defence
             if started:
+                # Too late for a status code: report, then end the body so the client sees a
+                # closed stream (an EventSource reconnects) rather than a hung connection.
                 log_server_error(scope["path"], error)
+                with contextlib.suppress(Exception):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
             await internal_error_response(scope["path"], error)(scope, receive, send)
 

@@ -12,7 +12,8 @@ Start-up, in order:
 3. The router (``server.VercelRouter``) on ``PORT`` and the cron scheduler (``scheduler``),
    which fires ``vercel.json``'s crons on their schedules with the cron bearer.
 
-The session's URL and cron secret are written to ``.data/dev-session.json`` for
+The session's URL and cron secret are written to ``dev-session.json`` in the data directory
+(``lib.local.paths``) for
 ``scripts/cron``. A port in use or a service that cannot start ends with one line on stderr.
 """
 
@@ -26,13 +27,13 @@ import secrets
 import signal
 import sys
 from datetime import datetime
-from pathlib import Path
 
 import uvicorn
 
 from lib.clock import iso_timestamp
 from lib.db.migrate import apply_migrations
 from lib.local.dev_keys import ensure_dev_key_pair
+from lib.local.paths import PROJECT_ROOT, data_dir, dev_key_dir, session_file
 from lib.local.scheduler import (
     CronEntry,
     CronScheduler,
@@ -51,10 +52,6 @@ from lib.local.services import (
 )
 from lib.settings import get_settings
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DATA_DIR = PROJECT_ROOT / ".data"
-SESSION_FILE = DATA_DIR / "dev-session.json"
-
 
 def _say(line: str) -> None:
     print(line, flush=True)
@@ -66,21 +63,21 @@ def prepare_secrets() -> None:
             os.environ[name] = secrets.token_urlsafe(32)
             _say(f"  generated {name}={os.environ[name]}")
     if not os.environ.get("CLERK_JWT_KEY"):
-        _, public_pem = ensure_dev_key_pair(DATA_DIR / "dev-keys")
+        _, public_pem = ensure_dev_key_pair(dev_key_dir())
         os.environ["CLERK_JWT_KEY"] = public_pem
-        _say("  CLERK_JWT_KEY = the development key pair in .data/dev-keys (mint with scripts/dev-token)")
+        _say(f"  CLERK_JWT_KEY = the development key pair in {dev_key_dir()} (mint: scripts/dev-token)")
 
 
 def prepare_services(use_upstash: bool, started: list[EmbeddedPostgres | EmbeddedRedis]) -> int | None:
     """Embedded services where no URL is set (appended to ``started`` so the caller stops
     them); returns the Upstash front's port when asked for one."""
     if not os.environ.get("DATABASE_URL"):
-        postgres = EmbeddedPostgres(DATA_DIR / "postgres")
+        postgres = EmbeddedPostgres(data_dir() / "postgres")
         started.append(postgres)
         os.environ["DATABASE_URL"] = postgres.start()
         _say(f"  embedded Postgres: {os.environ['DATABASE_URL']}")
     if not os.environ.get("REDIS_URL") and not os.environ.get("UPSTASH_REDIS_REST_URL"):
-        redis = EmbeddedRedis(DATA_DIR / "redis")
+        redis = EmbeddedRedis(data_dir() / "redis")
         started.append(redis)
         os.environ["REDIS_URL"] = redis.start()
         _say(f"  embedded Redis: {os.environ['REDIS_URL']}")
@@ -104,9 +101,7 @@ async def serve(host: str, port: int, clock_start: datetime | None, upstash_port
         from lib.local.upstash_rest import upstash_rest_app
 
         front = upstash_rest_app(os.environ["REDIS_URL"], os.environ["UPSTASH_REDIS_REST_TOKEN"])
-        servers.append(
-            uvicorn.Server(uvicorn.Config(front, host="127.0.0.1", port=upstash_port, log_level="warning"))
-        )
+        servers.append(uvicorn.Server(uvicorn.Config(front, host="127.0.0.1", port=upstash_port, log_level="warning")))
 
     cron_secret = os.environ["CRON_SECRET"]
 
@@ -122,8 +117,8 @@ async def serve(host: str, port: int, clock_start: datetime | None, upstash_port
     clock = SimulatedClock(clock_start) if clock_start else system_clock
     scheduler = CronScheduler(crons, fire, clock)
 
-    SESSION_FILE.write_text(json.dumps({"url": base_url, "cronSecret": cron_secret}))
-    SESSION_FILE.chmod(0o600)
+    session_file().write_text(json.dumps({"url": base_url, "cronSecret": cron_secret}))
+    session_file().chmod(0o600)
     _say(f"serving {base_url}")
     for route in sorted(router.routes, key=lambda r: r.pattern):
         _say(f"  {base_url}{route.pattern}  <- {route.file}")
@@ -150,9 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         type=datetime.fromisoformat,
         help="run the cron clock from this ISO instant (e.g. 2026-01-01T02:59:58+00:00)",
     )
-    parser.add_argument(
-        "--upstash", action="store_true", help="use the Upstash REST client via upstash-local"
-    )
+    parser.add_argument("--upstash", action="store_true", help="use the Upstash REST client via upstash-local")
     args = parser.parse_args(argv)
 
     # SIGTERM (a supervisor, a test) shuts down like Ctrl-C, so the embedded services stop too.
@@ -160,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     started: list[EmbeddedPostgres | EmbeddedRedis] = []
     try:
         ensure_port_free(args.host, args.port)
-        DATA_DIR.mkdir(exist_ok=True)
+        data_dir().mkdir(parents=True, exist_ok=True)
         _say("ErmisAI functions, local runtime")
         prepare_secrets()
         upstash_port = prepare_services(args.upstash, started)

@@ -1,6 +1,6 @@
 """Development session keys: a local RSA key pair standing in for a Clerk instance.
 
-``scripts/dev`` creates the pair under ``.data/dev-keys/`` once and serves with the public key
+``scripts/dev`` creates the pair in the data directory's ``dev-keys/`` once and serves with the public key
 as ``CLERK_JWT_KEY`` (unless the environment already sets one); ``scripts/dev-token`` signs
 session tokens with the private key for any claims (CONTRACTS §4), so every gate can be
 exercised locally exactly as a Clerk session would.
@@ -19,14 +19,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from lib.auth.roles import ORG_ROLES, PLATFORM_ROLES
+from lib.local.paths import dev_key_dir
 
-KEY_DIR = Path(".data/dev-keys")
 PRIVATE_KEY_FILE = "clerk-dev-private.pem"
 PUBLIC_KEY_FILE = "clerk-dev-public.pem"
 DEV_KEY_ID = "ermis-dev"
 
 
-def ensure_dev_key_pair(key_dir: Path = KEY_DIR) -> tuple[str, str]:
+def ensure_dev_key_pair(key_dir: Path) -> tuple[str, str]:
     """The (private, public) PEMs, generated on first use."""
     private_path, public_path = key_dir / PRIVATE_KEY_FILE, key_dir / PUBLIC_KEY_FILE
     if not private_path.exists() or not public_path.exists():
@@ -41,9 +41,7 @@ def ensure_dev_key_pair(key_dir: Path = KEY_DIR) -> tuple[str, str]:
         )
         private_path.chmod(0o600)
         public_path.write_bytes(
-            key.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
+            key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
         )
     return private_path.read_text(), public_path.read_text()
 
@@ -55,16 +53,14 @@ def mint_session_token(private_pem: str, claims: dict[str, Any], ttl_seconds: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="scripts/dev-token", description="Mint a development Clerk session token."
-    )
+    parser = argparse.ArgumentParser(prog="scripts/dev-token", description="Mint a development Clerk session token.")
     parser.add_argument("--sub", default="user_dev", help="user id (default user_dev)")
     parser.add_argument("--org-id", help="tenant scope id (omit for no tenant)")
     parser.add_argument("--org-role", choices=sorted(ORG_ROLES))
     parser.add_argument("--platform-role", choices=sorted(PLATFORM_ROLES))
     parser.add_argument("--azp", help="authorized party (the browser origin)")
     parser.add_argument("--ttl", type=int, default=3600, help="seconds until expiry")
-    parser.add_argument("--key-dir", type=Path, default=KEY_DIR)
+    parser.add_argument("--key-dir", type=Path, default=None, help="default: the dev data dir's dev-keys")
     args = parser.parse_args(argv)
 
     claims: dict[str, Any] = {"sub": args.sub}
@@ -76,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if value:
             claims[claim] = value
-    private_pem, _ = ensure_dev_key_pair(args.key_dir)
+    private_pem, _ = ensure_dev_key_pair(args.key_dir or dev_key_dir())
     sys.stdout.write(mint_session_token(private_pem, claims, args.ttl) + "\n")
     return 0
 

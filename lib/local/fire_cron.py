@@ -1,7 +1,7 @@
 """``scripts/cron NAME|PATH``: fire one ``vercel.json`` cron now against the dev server.
 
 NAME is the path after ``/api/admin/`` with ``/`` as ``-`` (``state-cleanup``); PATH is the
-cron's path. The dev server's URL and cron secret come from ``.data/dev-session.json``
+cron's path. The dev server's URL and cron secret come from the dev session file (``lib.local.paths``)
 (``CRON_SECRET`` and ``ERMIS_DEV_URL`` in the environment win). Exit 0 on a 2xx.
 """
 
@@ -14,7 +14,7 @@ import sys
 
 import httpx
 
-from lib.local.dev import PROJECT_ROOT, SESSION_FILE
+from lib.local.paths import PROJECT_ROOT, session_file
 from lib.local.scheduler import find_cron, invoke_cron, load_crons
 
 
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     if entry is None:
         print(f"error: no cron named {argv[0]!r} in vercel.json", file=sys.stderr)
         return 2
-    session = json.loads(SESSION_FILE.read_text()) if SESSION_FILE.exists() else {}
+    session = json.loads(session_file().read_text()) if session_file().exists() else {}
     base_url = os.environ.get("ERMIS_DEV_URL") or session.get("url") or "http://127.0.0.1:3000"
     secret = os.environ.get("CRON_SECRET") or session.get("cronSecret")
     try:

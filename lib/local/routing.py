@@ -78,9 +78,7 @@ def route_for_file(relative_file: str) -> FunctionRoute:
 
 
 def is_function_file(relative_file: Path) -> bool:
-    return relative_file.suffix == ".py" and not any(
-        part.startswith(("_", ".")) for part in relative_file.parts
-    )
+    return relative_file.suffix == ".py" and not any(part.startswith(("_", ".")) for part in relative_file.parts)
 
 
 def discover_routes(project_root: Path) -> list[FunctionRoute]:

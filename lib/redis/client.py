@@ -8,9 +8,9 @@
   like the Upstash client does;
 - otherwise ``None``: callers answer ``redis_not_configured`` where the spec says so.
 
-Both clients expose the same command methods for what the bundle uses (``get``, ``set`` with
-``nx``/``px``, ``lpush``, ``lmove``, ``lrange``, ``eval``, ``pipeline``...), so domain code is
-written once. ``scripts/upstash-local`` lets the Upstash client run against a local Redis.
+Domain code talks to either through ``lib.redis.commands`` (raw commands and one-round-trip
+pipelines), so it is written once. ``scripts/upstash-local`` lets the Upstash client run
+against a local Redis, in development and in the tests.
 """
 
 from __future__ import annotations

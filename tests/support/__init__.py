@@ -1,0 +1,1 @@
+"""Test support: real servers on loopback, session tokens, function app loading."""

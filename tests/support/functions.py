@@ -1,0 +1,18 @@
+"""Load an ``api/`` function's ``app`` the way the dev server does, and talk to it in-process."""
+
+from __future__ import annotations
+
+import httpx
+from starlette.types import ASGIApp
+
+from lib.local.paths import PROJECT_ROOT
+from lib.local.routing import route_for_file
+from lib.local.server import load_function_app
+
+
+def load_api_app(relative_file: str) -> ASGIApp:
+    return load_function_app(PROJECT_ROOT, route_for_file(relative_file))
+
+
+def client_for(app: ASGIApp) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://function.test")

@@ -1,0 +1,34 @@
+"""Real servers on loopback for tests: any ASGI app under uvicorn in a background thread
+(stand-ins for third parties such as Sentry's ingest, and real-network checks of our own apps)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from lib.local.services import free_port
+
+
+@contextmanager
+def serve_in_thread(app: ASGIApp) -> Iterator[str]:
+    """Serve ``app`` on a free loopback port; yields its base URL, stops on exit."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off"))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("test server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
