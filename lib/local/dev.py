@@ -32,16 +32,10 @@ import uvicorn
 
 from lib.clock import iso_timestamp
 from lib.db.migrate import apply_migrations
+from lib.jobs.schedule import CronEntry, load_crons
 from lib.local.dev_keys import ensure_dev_key_pair
 from lib.local.paths import PROJECT_ROOT, data_dir, dev_key_dir, session_file
-from lib.local.scheduler import (
-    CronEntry,
-    CronScheduler,
-    SimulatedClock,
-    invoke_cron,
-    load_crons,
-    system_clock,
-)
+from lib.local.scheduler import CronScheduler, SimulatedClock, invoke_cron, system_clock
 from lib.local.server import VercelRouter
 from lib.local.services import (
     EmbeddedPostgres,

@@ -14,8 +14,9 @@ import sys
 
 import httpx
 
+from lib.jobs.schedule import find_cron, load_crons
 from lib.local.paths import PROJECT_ROOT, session_file
-from lib.local.scheduler import find_cron, invoke_cron, load_crons
+from lib.local.scheduler import invoke_cron
 
 
 def main(argv: list[str] | None = None) -> int:

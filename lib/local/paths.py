@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from lib.jobs.schedule import PROJECT_ROOT
+
+__all__ = ["PROJECT_ROOT", "data_dir", "dev_key_dir", "session_file"]
 
 
 def data_dir() -> Path:

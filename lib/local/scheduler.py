@@ -9,45 +9,16 @@ so a daily 03:00 job can be watched firing without waiting for 03:00.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 from croniter import croniter
 
+from lib.jobs.schedule import CronEntry
+
 Clock = Callable[[], datetime]
-CRON_PATH_PREFIX = "/api/admin/"
-
-
-@dataclass(frozen=True)
-class CronEntry:
-    path: str
-    schedule: str
-
-    @property
-    def name(self) -> str:
-        """``/api/admin/state/cleanup`` → ``state-cleanup``."""
-        return self.path.removeprefix(CRON_PATH_PREFIX).strip("/").replace("/", "-")
-
-
-def load_crons(project_root: Path) -> list[CronEntry]:
-    config = json.loads((project_root / "vercel.json").read_text())
-    entries = [CronEntry(item["path"], item["schedule"]) for item in config.get("crons", [])]
-    for entry in entries:
-        if not croniter.is_valid(entry.schedule):
-            raise ValueError(f"invalid cron schedule {entry.schedule!r} for {entry.path}")
-    return entries
-
-
-def find_cron(entries: list[CronEntry], name_or_path: str) -> CronEntry | None:
-    for entry in entries:
-        if name_or_path in (entry.name, entry.path):
-            return entry
-    return None
 
 
 def fires_between(entries: list[CronEntry], after: datetime, until: datetime) -> list[tuple[datetime, CronEntry]]:

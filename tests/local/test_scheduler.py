@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+from lib.jobs.schedule import CronEntry, find_cron, load_crons
 from lib.local.paths import PROJECT_ROOT
-from lib.local.scheduler import CronEntry, CronScheduler, SimulatedClock, find_cron, fires_between, load_crons
+from lib.local.scheduler import CronScheduler, SimulatedClock, fires_between
 
 CLEANUP = CronEntry("/api/admin/state/cleanup", "0 3 * * *")
 PURGE = CronEntry("/api/admin/erasure/purge", "30 3 * * *")

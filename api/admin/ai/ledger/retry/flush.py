@@ -1,7 +1,7 @@
-"""GET (cron) / POST (surface ``ledger``):
-redrive AI ledger entries from Redis. Placeholder until issue #3 lands."""
+"""GET (cron) / POST (surface ``ledger``): redrive AI ledger entries from Redis.
+See lib.jobs.ai_ledger_redrive."""
 
-from lib.http.planned import planned
-from lib.jobs.cron_routes import cron_job_app
+from lib.jobs.ai_ledger_redrive import ROUTE, redrive_failed_ai_ledger_entries
+from lib.jobs.cron_routes import cron_job_app, guarded_json_job
 
-app = cron_job_app("/api/admin/ai/ledger/retry/flush", "ledger", planned(3))
+app = cron_job_app(ROUTE, "ledger", guarded_json_job(ROUTE, redrive_failed_ai_ledger_entries))

@@ -1,0 +1,1 @@
+"""Operator runbook commands behind ``scripts/`` (erasure lifecycle, and later the pipeline)."""
