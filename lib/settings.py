@@ -20,6 +20,7 @@ class Settings(BaseSettings):
 
     database_url: SecretStr | None = None
     db_pool_max_size: int = Field(default=4, ge=1, validation_alias="ERMIS_DB_POOL_MAX_SIZE")
+    db_connect_timeout_s: float = Field(default=5.0, gt=0, validation_alias="ERMIS_DB_CONNECT_TIMEOUT_S")
     upstash_redis_rest_url: str | None = None
     upstash_redis_rest_token: SecretStr | None = None
     redis_url: SecretStr | None = None

@@ -143,6 +143,18 @@ async def redis(redis_url: str) -> AsyncIterator[None]:
     await close_redis()
 
 
+@pytest.fixture(params=["upstash", "redis"])
+async def redis_flavour(request, redis, set_env, upstash_rest_url) -> AsyncIterator[str]:
+    """Runs a test twice: the bundle on the Upstash REST client (through upstash-local), then
+    on plain redis-py, both over the same real Redis."""
+    await close_redis()
+    if request.param == "upstash":
+        url, token = upstash_rest_url
+        set_env(UPSTASH_REDIS_REST_URL=url, UPSTASH_REDIS_REST_TOKEN=token)
+    yield request.param
+    await close_redis()
+
+
 @pytest.fixture
 def mint_token(session_keys: tuple[str, str]) -> Callable[..., str]:
     """``mint_token(platform_role="ops", org_id=..., ttl_seconds=...)`` → a signed session token."""

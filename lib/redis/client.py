@@ -19,9 +19,10 @@ import asyncio
 import weakref
 from typing import Any
 
-from lib.settings import get_settings, secret_or_none
+from lib.settings import Settings, get_settings, secret_or_none
 
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+# loop → (the settings it was built from, client): a settings reload (tests) rebuilds it.
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Settings, Any]] = weakref.WeakKeyDictionary()
 
 REDIS_NOT_CONFIGURED = "redis_not_configured"
 
@@ -38,13 +39,13 @@ def redis_kind() -> str | None:
 
 def get_redis() -> Any | None:
     loop = asyncio.get_running_loop()
-    client = _clients.get(loop)
-    if client is not None:
-        return client
+    settings = get_settings()
+    cached = _clients.get(loop)
+    if cached is not None and cached[0] is settings:
+        return cached[1]
     kind = redis_kind()
     if kind is None:
         return None
-    settings = get_settings()
     if kind == "upstash":
         from upstash_redis.asyncio import Redis as UpstashRedis
 
@@ -57,13 +58,14 @@ def get_redis() -> Any | None:
         from redis.asyncio import Redis as PlainRedis
 
         client = PlainRedis.from_url(secret_or_none(settings.redis_url), decode_responses=True)
-    _clients[loop] = client
+    _clients[loop] = (settings, client)
     return client
 
 
 async def close_redis() -> None:
-    client = _clients.pop(asyncio.get_running_loop(), None)
-    if client is not None:
+    cached = _clients.pop(asyncio.get_running_loop(), None)
+    if cached is not None:
+        client = cached[1]
         # redis-py names it aclose(); the Upstash client, close().
         closer = getattr(client, "aclose", None) or client.close
         await closer()

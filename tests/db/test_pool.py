@@ -15,6 +15,7 @@ async def test_pool_is_created_on_first_use_and_reused(db) -> None:
     assert asyncio.get_running_loop() not in pool_module._pools
     first = await get_pool()
     assert await get_pool() is first
+    assert pool_module._pools[asyncio.get_running_loop()][1] is first
     assert first.max_size == 4 and first.min_size == 0
     async with connection() as conn:
         assert (await (await conn.execute("SELECT 1 AS one")).fetchone()) == {"one": 1}

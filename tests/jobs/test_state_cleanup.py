@@ -126,7 +126,7 @@ async def test_a_row_locked_by_a_writer_is_skipped_not_waited_for(db, database_u
 
 async def test_database_down_is_the_typed_500_logged_once(db, set_env, capsys: pytest.CaptureFixture[str]) -> None:
     await close_pools()
-    set_env(DATABASE_URL="postgresql://nobody:sekret-pass@127.0.0.1:1/none")
+    set_env(DATABASE_URL="postgresql://nobody:sekret-pass@127.0.0.1:1/none", ERMIS_DB_CONNECT_TIMEOUT_S="1")
     async with client_for(app) as client:
         response = await client.get(PATH, headers=cron_headers())
     await close_pools()

@@ -9,15 +9,10 @@ from lib.redis.client import close_redis, get_redis, redis_kind
 from lib.redis.commands import execute_command, execute_pipeline
 
 
-@pytest.fixture(params=["upstash", "redis"])
-async def client(request, redis, set_env, upstash_rest_url):
-    await close_redis()
-    if request.param == "upstash":
-        url, token = upstash_rest_url
-        set_env(UPSTASH_REDIS_REST_URL=url, UPSTASH_REDIS_REST_TOKEN=token)
-    assert redis_kind() == request.param
-    yield get_redis()
-    await close_redis()
+@pytest.fixture
+async def client(redis_flavour: str):
+    assert redis_kind() == redis_flavour
+    return get_redis()
 
 
 async def test_factory_prefers_upstash_then_redis_then_nothing(set_env, upstash_rest_url) -> None:

@@ -19,7 +19,9 @@ from lib.local.services import free_port
 def serve_in_thread(app: ASGIApp) -> Iterator[str]:
     """Serve ``app`` on a free loopback port; yields its base URL, stops on exit."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off", timeout_graceful_shutdown=1)
+    )
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
