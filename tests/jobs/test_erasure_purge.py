@@ -1,0 +1,110 @@
+"""/api/admin/erasure/purge: due requests purged serially, a concurrent cancel is not a
+failure, a failing purge is reported and isolated; and the operator CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from lib.jobs.erasure_purge import purge_due_data_erasure_requests
+from lib.local.paths import PROJECT_ROOT
+from lib.platform.erasure import create_data_erasure_request, get_data_erasure_request
+from tests.support.auth import cron_headers, session_headers
+from tests.support.db import table_refusing_updates
+from tests.support.functions import client_for, load_api_app
+
+PATH = "/api/admin/erasure/purge"
+
+
+async def test_due_requests_are_purged_and_reported(db, mint_token: Callable[..., str]) -> None:
+    await db.execute(
+        "INSERT INTO notifications (id, user_id, type) VALUES ('n1', 'u1', 'system'), ('n2', 'u2', 'note')"
+    )
+    first = await create_data_erasure_request("u1", timedelta(0))
+    second = await create_data_erasure_request("u2", timedelta(0))
+    await create_data_erasure_request("u3", timedelta(days=3))
+    app = load_api_app("api/admin/erasure/purge.py")
+    async with client_for(app) as client:
+        assert (await client.get(PATH)).status_code == 401
+        ops = session_headers(mint_token(platform_role="ops"))
+        assert (await client.post(PATH, headers=ops)).status_code == 403
+        body = (await client.get(PATH, headers=cron_headers())).json()
+        assert (body["due"], body["purged"], body["failed"]) == (2, 2, 0)
+        assert {item["id"]: item["status"] for item in body["results"]} == {first.id: "purged", second.id: "purged"}
+        assert body["results"][0]["counts"] == {"notifications": 1, "ai_usage_ledger": 0}
+        assert body["processedAt"].endswith("Z")
+        compliance = session_headers(mint_token(platform_role="compliance"))
+        assert (await client.post(PATH, headers=compliance)).json()["due"] == 0
+    assert (await (await db.execute("SELECT count(*) FROM notifications")).fetchone())[0] == 0
+
+
+async def test_a_request_cancelled_between_list_and_confirm_is_not_a_failure(db, database_url: str) -> None:
+    request = await create_data_erasure_request("u1", timedelta(0))
+    async with await psycopg.AsyncConnection.connect(database_url) as operator:
+        # The operator holds the request while the cron lists it and waits to confirm it...
+        await operator.execute("SELECT 1 FROM data_erasure_requests WHERE id = %s FOR UPDATE", (request.id,))
+        purge = asyncio.create_task(purge_due_data_erasure_requests())
+        for _ in range(200):
+            waiting = await (
+                await operator.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE '%%FOR UPDATE%%'"
+                )
+            ).fetchone()
+            if waiting[0]:
+                break
+            await asyncio.sleep(0.02)
+        # ...then cancels it.
+        await operator.execute("UPDATE data_erasure_requests SET status = 'cancelled' WHERE id = %s", (request.id,))
+        await operator.commit()
+        result = await asyncio.wait_for(purge, timeout=10)
+    assert (result["due"], result["purged"], result["failed"]) == (1, 0, 0)
+    assert result["results"] == [{"id": request.id, "status": "skipped"}]
+    assert (await get_data_erasure_request(request.id)).status == "cancelled"
+
+
+async def test_one_failing_purge_is_reported_once_and_the_rest_go_on(db, capsys: pytest.CaptureFixture[str]) -> None:
+    await db.execute("INSERT INTO ai_usage_ledger (id, user_id) VALUES ('l1', 'u_bad')")
+    bad = await create_data_erasure_request("u_bad", timedelta(0))
+    good = await create_data_erasure_request("u_good", timedelta(0))
+    async with table_refusing_updates(db, "ai_usage_ledger"):
+        result = await purge_due_data_erasure_requests()
+    assert (result["due"], result["purged"], result["failed"]) == (2, 1, 1)
+    statuses = {item["id"]: item["status"] for item in result["results"]}
+    assert statuses == {bad.id: "failed", good.id: "purged"}
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    assert [(line["context"], line["failed"]) for line in lines] == [("gdpr-erasure-purge", 1)]
+    assert (await get_data_erasure_request(bad.id)).status == "pending"
+
+
+async def test_the_operator_cli_runs_the_lifecycle(db, database_url: str) -> None:
+    await db.execute("INSERT INTO notifications (id, user_id, type) VALUES ('n1', 'u_cli', 'system')")
+
+    def erasure(*args: str) -> tuple[int, object]:
+        result = subprocess.run(
+            [str(PROJECT_ROOT / "scripts/erasure"), *args],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, "DATABASE_URL": database_url},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return result.returncode, json.loads(result.stdout)
+
+    code, created = await asyncio.to_thread(erasure, "create", "u_cli", "--grace-days", "7")
+    assert code == 0 and created["status"] == "pending"
+    code, listed = await asyncio.to_thread(erasure, "list")
+    assert (code, listed) == (0, [])
+    code, confirmed = await asyncio.to_thread(erasure, "confirm", created["id"])
+    assert code == 0 and confirmed["purge_counts"] == {"notifications": 1, "ai_usage_ledger": 0}
+    code, again = await asyncio.to_thread(erasure, "cancel", created["id"])
+    assert (code, again) == (1, {"cancelled": False})
+    code, bad = await asyncio.to_thread(erasure, "show", "not-a-uuid")
+    assert code == 2 and "error" in bad
