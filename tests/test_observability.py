@@ -1,22 +1,15 @@
 """lib.observability: one JSON line per error, secrets redacted, and real delivery to a
-Sentry ingest endpoint (a loopback HTTP server standing in for sentry.io)."""
+Sentry ingest endpoint (tests.support.sentry, a loopback HTTP server standing in for sentry.io)."""
 
 from __future__ import annotations
 
-import gzip
 import json
-import threading
 
 import pytest
-import sentry_sdk
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from lib.observability import log_server_error
 from tests.support.auth import TEST_CRON_SECRET
-from tests.support.servers import serve_in_thread
+from tests.support.sentry import sentry_sink
 
 
 def stderr_lines(captured: str) -> list[dict]:
@@ -46,45 +39,15 @@ def test_configured_secrets_are_redacted_everywhere(capsys: pytest.CaptureFixtur
     assert "[redacted]" in output
 
 
-@pytest.fixture
-def sentry_ingest():
-    """A loopback Sentry: collects every envelope posted to /api/<project>/envelope/."""
-    envelopes: list[list[dict]] = []
-    arrived = threading.Event()
-
-    async def envelope(request: Request) -> JSONResponse:
-        body = await request.body()
-        if request.headers.get("content-encoding") == "gzip":
-            body = gzip.decompress(body)
-        items = []
-        for raw in body.split(b"\n"):
-            try:
-                items.append(json.loads(raw))
-            except ValueError:
-                continue
-        envelopes.append(items)
-        arrived.set()
-        return JSONResponse({})
-
-    app = Starlette(routes=[Route("/api/{project}/envelope/", envelope, methods=["POST"])])
-    with serve_in_thread(app) as url:
-        yield url, envelopes, arrived
-    sentry_sdk.get_client().close()
-
-
-def test_errors_reach_sentry_redacted(sentry_ingest, set_env, capsys: pytest.CaptureFixture[str]) -> None:
-    url, envelopes, arrived = sentry_ingest
-    host = url.removeprefix("http://")
-    set_env(SENTRY_DSN=f"http://publickey@{host}/42")
-    log_server_error("gdpr-erasure-purge", RuntimeError(f"leaked {TEST_CRON_SECRET}"), failed=1)
-    sentry_sdk.flush(timeout=5)
-    assert arrived.wait(timeout=5)
-    events = [item for items in envelopes for item in items if item.get("exception")]
-    assert events, envelopes
-    [event] = events
+def test_errors_reach_sentry_redacted(set_env, capsys: pytest.CaptureFixture[str]) -> None:
+    with sentry_sink() as sink:
+        set_env(SENTRY_DSN=sink.dsn)
+        log_server_error("gdpr-erasure-purge", RuntimeError(f"leaked {TEST_CRON_SECRET}"), failed=1)
+        items = sink.items()
+    [event] = [item for item in items if item.get("exception")]
     assert event["tags"]["context"] == "gdpr-erasure-purge"
     assert event["extra"]["failed"] == 1
-    serialized = json.dumps(envelopes)
+    serialized = json.dumps(items)
     assert "leaked [redacted]" in serialized
     assert TEST_CRON_SECRET not in serialized
     assert TEST_CRON_SECRET not in capsys.readouterr().err
