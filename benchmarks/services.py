@@ -1,0 +1,52 @@
+"""Real Postgres and Redis for a benchmark run: the ones ``DATABASE_URL`` / ``REDIS_URL`` name
+(in a scratch database of its own), or embedded ones in a temp dir — the same rule as the tests."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from lib.db.migrate import apply_migrations
+from lib.local.services import EmbeddedPostgres, EmbeddedRedis
+from lib.settings import get_settings
+
+SCRATCH_DATABASE = "ermis_benchmark"
+
+
+@contextmanager
+def benchmark_services() -> Iterator[tuple[str, str]]:
+    """Sets ``DATABASE_URL`` and ``REDIS_URL`` for the bundle; yields them."""
+    given_database, given_redis = os.environ.get("DATABASE_URL"), os.environ.get("REDIS_URL")
+    stops = []
+    with tempfile.TemporaryDirectory(prefix="ermis-bench-") as scratch:
+        if given_database:
+            with psycopg.connect(given_database, autocommit=True) as admin:
+                admin.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(SCRATCH_DATABASE))
+                )
+                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(SCRATCH_DATABASE)))
+            database_url = psycopg.conninfo.make_conninfo(given_database, dbname=SCRATCH_DATABASE)
+        else:
+            postgres = EmbeddedPostgres(Path(scratch) / "postgres", SCRATCH_DATABASE)
+            database_url = postgres.start()
+            stops.append(postgres.stop)
+        if given_redis:
+            redis_url = given_redis
+        else:
+            redis = EmbeddedRedis(Path(scratch) / "redis")
+            redis_url = redis.start()
+            stops.append(redis.stop)
+        apply_migrations(database_url)
+        os.environ.update(DATABASE_URL=database_url, REDIS_URL=redis_url)
+        get_settings.cache_clear()
+        try:
+            yield database_url, redis_url
+        finally:
+            for stop in reversed(stops):
+                stop()
