@@ -92,11 +92,20 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
         except subprocess.TimeoutExpired:
             process.kill()
             raise
-        assert service_pids() - services_before == set(), "embedded services outlived scripts/dev"
+        leftovers = [psutil.Process(pid).cmdline() for pid in service_pids() - services_before]
+        assert leftovers == [], "embedded services outlived scripts/dev"
 
 
 def service_pids() -> set[int]:
-    return {proc.pid for proc in psutil.process_iter(["name"]) if proc.info["name"] in SERVICE_PROCESS_NAMES}
+    """Running database daemons (a postmaster or redis-server detached to init), not backends,
+    and not the zombies a container's init may leave unreaped."""
+    return {
+        proc.pid
+        for proc in psutil.process_iter(["name", "ppid", "status"])
+        if proc.info["name"] in SERVICE_PROCESS_NAMES
+        and proc.info["ppid"] == 1
+        and proc.info["status"] != psutil.STATUS_ZOMBIE
+    }
 
 
 def dev_token(server: DevServer, *args: str) -> str:
