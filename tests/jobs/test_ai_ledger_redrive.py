@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Callable
 
 import psycopg
 import pytest
 
 from lib.jobs.ai_ledger_redrive import MAX_ATTEMPTS, redrive_failed_ai_ledger_entries
-from lib.local.paths import PROJECT_ROOT
 from lib.platform.ai_ledger_retry import DLQ_KEY, PROCESSING_KEY, QUEUE_KEY, enqueue_ai_ledger_retry, retry_entry
 from lib.redis.client import get_redis
 from lib.redis.commands import execute_command
 from tests.support.auth import cron_headers, session_headers
 from tests.support.functions import client_for, load_api_app
+from tests.support.processes import bundle_process, sigkill
 
 
 def usage_fields(n: int, **overrides) -> dict:
@@ -133,31 +129,16 @@ async def test_postgres_down_requeues_with_one_more_attempt(db, redis_flavour: s
 async def test_a_redrive_killed_between_claim_and_ack_is_recovered(db, redis_flavour: str, database_url: str) -> None:
     for n in range(1, 121):
         await enqueue_ai_ledger_retry(usage_fields(n))
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     async with await psycopg.AsyncConnection.connect(database_url) as blocker:
         # Hold the ledger so the child's insert waits after its claim.
         await blocker.execute("LOCK TABLE ai_usage_ledger IN EXCLUSIVE MODE")
-        child = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import asyncio; from lib.jobs.ai_ledger_redrive import redrive_failed_ai_ledger_entries;"
-                " asyncio.run(redrive_failed_ai_ledger_entries())",
-            ],
-            cwd=PROJECT_ROOT,
-            env=env,
-        )
-        try:
+        with bundle_process("redrive_failed_ai_ledger_entries()", "lib.jobs.ai_ledger_redrive") as child:
             for _ in range(300):
                 if len(await list_of(PROCESSING_KEY)) == 100:
                     break
                 await asyncio.sleep(0.05)
             assert len(await list_of(PROCESSING_KEY)) == 100
-            child.send_signal(signal.SIGKILL)
-            child.wait(timeout=30)
-        finally:
-            if child.poll() is None:
-                child.kill()
+            sigkill(child)
         await blocker.rollback()
 
     result = await redrive_failed_ai_ledger_entries()

@@ -5,19 +5,15 @@ between Polar's accept and the mark."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from lib.jobs.ai_metering import EXTERNAL_ID_PREFIX, flush_ai_metering_outbox
-from lib.local.paths import PROJECT_ROOT
 from tests.support.auth import cron_headers, session_headers
 from tests.support.fake_polar import TOKEN, FakePolar
 from tests.support.functions import client_for, load_api_app
+from tests.support.processes import bundle_process, sigkill
 from tests.support.servers import serve_in_thread
 
 
@@ -128,29 +124,12 @@ async def test_two_flushes_at_once_send_each_row_once(db, polar: FakePolar, set_
     assert await statuses(db) == {"processed": 1000}
 
 
-async def test_a_flush_killed_after_polar_accepted_resends_without_double_billing(
-    db, polar: FakePolar, database_url: str
-) -> None:
+async def test_a_flush_killed_after_polar_accepted_resends_without_double_billing(db, polar: FakePolar) -> None:
     await seed_outbox(db, 40)
     polar.pause_after_accept_seconds = 60
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import asyncio; from lib.jobs.ai_metering import flush_ai_metering_outbox;"
-            " asyncio.run(flush_ai_metering_outbox())",
-        ],
-        cwd=PROJECT_ROOT,
-        env=env,
-    )
-    try:
+    with bundle_process("flush_ai_metering_outbox()", "lib.jobs.ai_metering") as child:
         assert await asyncio.to_thread(polar.accepted.wait, 60)
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
+        sigkill(child)
     assert polar.ingest_counts()["events"] == 40
     assert await statuses(db) == {"pending": 40}  # the mark never landed
 
