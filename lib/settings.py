@@ -34,6 +34,13 @@ class Settings(BaseSettings):
     vercel_region: str | None = None
 
     ermis_tenant_ingestion_time_budget_ms: int = 240_000
+    ermis_feed_timeout_s: float = Field(default=10.0, gt=0)
+    ermis_feed_max_bytes: int = Field(default=5 * 1024 * 1024, gt=0)
+    ermis_feed_build_throttle_s: float = Field(default=120.0, ge=0)
+    ermis_synthesis_provider: str = "deterministic"
+    ermis_synthesis_url: str | None = None
+    ermis_synthesis_api_key: SecretStr | None = None
+    ermis_synthesis_model: str = "gpt-4o-mini"
     ermis_metering_batch_size: int = Field(default=100, ge=1)
     polar_access_token: SecretStr | None = None
     polar_server_url: str | None = None

@@ -25,11 +25,15 @@ from lib.jobs.cron_auth import run_guarded_cron_handler
 JobRun = Callable[[Request], Awaitable[Response]]
 
 
-def cron_job_app(path: str, surface_name: str, run: JobRun) -> Starlette:
+def cron_job_app(path: str, surface_name: str, run: JobRun, operator_run: JobRun | None = None) -> Starlette:
+    """``operator_run`` serves the POST when it differs from the scheduled run (the refresh)."""
+
     async def scheduled_run(request: Request) -> Response:
         return await with_cron_checkin(path, lambda: run(request))
 
-    return function_app(route(path, GET=guarded(CRON_BEARER, scheduled_run), POST=guarded(surface(surface_name), run)))
+    return function_app(
+        route(path, GET=guarded(CRON_BEARER, scheduled_run), POST=guarded(surface(surface_name), operator_run or run))
+    )
 
 
 def guarded_json_job(context: str, job: Callable[[], Awaitable[dict[str, Any]]]) -> JobRun:

@@ -1,7 +1,8 @@
-"""GET (cron) / POST (surface ``rss``):
-the ten-minute tick. Placeholder until issue #4 lands."""
+"""GET (cron) / POST (surface ``rss``): the ten-minute tick. See lib.jobs.rss_refresh."""
 
-from lib.http.planned import planned
-from lib.jobs.cron_routes import cron_job_app
+from lib.jobs.cron_routes import cron_job_app, guarded_json_job
+from lib.jobs.rss_refresh import ROUTE, run_manual_refresh, run_scheduled_refresh
 
-app = cron_job_app("/api/admin/rss/refresh", "rss", planned(4))
+app = cron_job_app(
+    ROUTE, "rss", guarded_json_job(ROUTE, run_scheduled_refresh), guarded_json_job(ROUTE, run_manual_refresh)
+)

@@ -1,0 +1,102 @@
+"""Stories for a scope: the spec's ``listAggregatedStories`` and the build-free peek.
+
+``list_aggregated_stories(scope, force_refresh, bootstrap_refresh)``:
+
+- reads the catalog's cached build; without ``force_refresh`` that is the answer (and with no
+  cache, ``bootstrap_refresh='if-missing'`` builds one, ``'never'`` answers ``[]``);
+- with ``force_refresh``, rebuilds unless the cache is younger than the per-catalog throttle
+  (``ERMIS_FEED_BUILD_THROTTLE_S``, default 120 s), under the cross-instance build lock: so N
+  scopes on one catalog and locale in one tick cost one build;
+- for a tenant scope, then upserts the tenant's ``editorial_story_drafts`` from the build in
+  one statement (new stories inserted as ``review``; changed ones updated, moving
+  ``updated_at``; unchanged and published ones left alone), and hands the new stories to
+  ``on_new_stories_synchronized`` (alert evaluation after the response).
+
+The cache expires after ``CACHE_TTL`` unread-and-unbuilt, so the state cleanup cron removes
+abandoned catalogs.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any, Literal
+
+from psycopg.types.json import Jsonb
+
+from lib.db.pool import connection
+from lib.db.state_store import get_state, set_state
+from lib.platform.aggregation.build import build_catalog
+from lib.platform.aggregation.lock import build_lock
+from lib.platform.aggregation.sources import GLOBAL_SCOPE, CatalogKey, catalog_for_scope
+from lib.platform.alerts.evaluation import on_new_stories_synchronized
+from lib.settings import get_settings
+
+CACHE_TTL = timedelta(days=7)
+BootstrapRefresh = Literal["if-missing", "never"]
+
+
+def _fresh(cached: dict[str, Any] | None) -> bool:
+    throttle = get_settings().ermis_feed_build_throttle_s
+    return cached is not None and time.time() - cached.get("builtAtEpoch", 0) < throttle
+
+
+async def refresh_catalog(catalog: CatalogKey) -> dict[str, Any] | None:
+    """Build the catalog unless a fresh build exists or another instance is building it."""
+    async with build_lock(catalog.lock_key) as held:
+        cached = await get_state(catalog.cache_key)
+        if not held or _fresh(cached):
+            return cached
+        build = await build_catalog(catalog, cached)
+        await set_state(catalog.cache_key, build, ttl=CACHE_TTL)
+        return build
+
+
+async def list_aggregated_stories(
+    scope: str = GLOBAL_SCOPE, force_refresh: bool = False, bootstrap_refresh: BootstrapRefresh = "if-missing"
+) -> list[dict[str, Any]]:
+    catalog = await catalog_for_scope(scope)
+    cached = await get_state(catalog.cache_key)
+    if force_refresh or (cached is None and bootstrap_refresh == "if-missing"):
+        if force_refresh and _fresh(cached):
+            build = cached
+        else:
+            build = await refresh_catalog(catalog)
+    else:
+        build = cached
+    stories = (build or {}).get("stories", [])
+    if scope != GLOBAL_SCOPE and stories:
+        new_ids = await sync_tenant_drafts(scope, stories)
+        if new_ids:
+            on_new_stories_synchronized(scope, [story for story in stories if story["id"] in new_ids])
+    return stories
+
+
+async def peek_tenant_scoped_aggregated_stories(scope: str) -> list[dict[str, Any]] | None:
+    """The scope's built stories without building; ``None`` when nothing was built yet."""
+    catalog = await catalog_for_scope(scope)
+    cached = await get_state(catalog.cache_key)
+    return None if cached is None else cached.get("stories", [])
+
+
+_SYNC_DRAFTS = """
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(stories)s::jsonb) AS s(id text, headline text, summary text, phase text)
+)
+INSERT INTO editorial_story_drafts AS d (id, tenant_scope_id, story_id, headline, summary, status, phase)
+SELECT %(tenant)s || ':' || input.id, %(tenant)s, input.id, input.headline, input.summary, 'review', input.phase
+FROM input
+ON CONFLICT (tenant_scope_id, story_id) DO UPDATE
+    SET headline = EXCLUDED.headline, summary = EXCLUDED.summary, phase = EXCLUDED.phase, updated_at = now()
+    WHERE d.status = 'review'
+      AND (d.headline, d.summary, d.phase) IS DISTINCT FROM (EXCLUDED.headline, EXCLUDED.summary, EXCLUDED.phase)
+RETURNING story_id, (xmax = 0) AS inserted
+"""
+
+
+async def sync_tenant_drafts(tenant_scope_id: str, stories: list[dict[str, Any]]) -> set[str]:
+    """Upsert the tenant's drafts from a build; returns the ids of stories new to the tenant."""
+    rows = [{key: story[key] for key in ("id", "headline", "summary", "phase")} for story in stories]
+    async with connection() as conn:
+        cursor = await conn.execute(_SYNC_DRAFTS, {"stories": Jsonb(rows), "tenant": tenant_scope_id})
+        return {row["story_id"] for row in await cursor.fetchall() if row["inserted"]}

@@ -1,0 +1,1 @@
+"""Instant alerts: per-tenant rules, evaluation against stories, delivery, and the sweep."""

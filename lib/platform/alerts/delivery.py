@@ -1,0 +1,102 @@
+"""Delivering a new alert by its rule's channel, and logging every attempt in ``delivery_logs``.
+
+- ``in-app``: the ``alert_history`` row is the delivery (the notification stream sends it).
+- ``webhook``: ``POST`` of the alert as JSON to the rule's endpoint with
+  ``X-Ermis-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`` and
+  ``X-Ermis-Timestamp``, keyed by the tenant's webhook signing key (created on first use,
+  kept in ``platform_state``), so the receiver can verify origin and freshness. A 2xx is
+  ``delivered``; anything else is ``failed`` with the response code (0 when there was no
+  answer within ``WEBHOOK_TIMEOUT_SECONDS``). Never raises.
+- ``email``: through the configured ``EmailSender`` (default: a JSON line on stderr), logged as
+  ``delivered``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import sys
+import time
+import uuid
+from typing import Any, Protocol
+
+import httpx
+
+from lib.db.pool import connection
+from lib.db.state_store import get_state, set_state
+from lib.platform.alerts.rules import AlertRule
+
+WEBHOOK_TIMEOUT_SECONDS = 5.0
+SIGNATURE_HEADER = "X-Ermis-Signature"
+TIMESTAMP_HEADER = "X-Ermis-Timestamp"
+
+
+class EmailSender(Protocol):
+    async def send(self, tenant_scope_id: str, alert: dict[str, Any]) -> None: ...
+
+
+class LoggingEmailSender:
+    async def send(self, tenant_scope_id: str, alert: dict[str, Any]) -> None:
+        line = {"level": "info", "context": "alerts:email", "tenant": tenant_scope_id, "alert": alert}
+        sys.stderr.write(json.dumps(line, default=str) + "\n")
+
+
+email_sender: EmailSender = LoggingEmailSender()
+
+
+def webhook_key_name(tenant_scope_id: str) -> str:
+    return f"platform:alerts-webhook-secret:{tenant_scope_id}"
+
+
+async def webhook_signing_key(tenant_scope_id: str) -> str:
+    existing = await get_state(webhook_key_name(tenant_scope_id))
+    if isinstance(existing, str) and existing:
+        return existing
+    key = secrets.token_hex(32)
+    await set_state(webhook_key_name(tenant_scope_id), key)
+    return key
+
+
+def sign_webhook(key: str, timestamp: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(key.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+
+
+async def _post_webhook(endpoint: str, key: str, alert: dict[str, Any]) -> int:
+    body = json.dumps(alert, separators=(",", ":"), default=str).encode()
+    timestamp = str(int(time.time()))
+    headers = {
+        "Content-Type": "application/json",
+        TIMESTAMP_HEADER: timestamp,
+        SIGNATURE_HEADER: sign_webhook(key, timestamp, body),
+    }
+    try:
+        async with httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT_SECONDS) as client:
+            response = await client.post(endpoint, content=body, headers=headers)
+        return response.status_code
+    except httpx.HTTPError:
+        return 0
+
+
+async def _log_delivery(tenant_scope_id: str, alert_id: str, method: str, code: int, endpoint: str | None) -> None:
+    status = "delivered" if 200 <= code < 300 else "failed"
+    async with connection() as conn:
+        await conn.execute(
+            "INSERT INTO delivery_logs (id, delivery_id, tenant_scope_id, method, response_code, endpoint, status)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (str(uuid.uuid4()), alert_id, tenant_scope_id, method, code, endpoint, status),
+        )
+
+
+async def deliver_alert(tenant_scope_id: str, rule: AlertRule, alert: dict[str, Any]) -> None:
+    if rule.channel == "webhook":
+        if not rule.endpoint:
+            await _log_delivery(tenant_scope_id, alert["id"], "webhook", 0, None)
+            return
+        key = await webhook_signing_key(tenant_scope_id)
+        code = await _post_webhook(rule.endpoint, key, alert)
+        await _log_delivery(tenant_scope_id, alert["id"], "webhook", code, rule.endpoint)
+    elif rule.channel == "email":
+        await email_sender.send(tenant_scope_id, alert)
+        await _log_delivery(tenant_scope_id, alert["id"], "email", 200, None)
