@@ -37,6 +37,7 @@ class Settings(BaseSettings):
     ermis_feed_timeout_s: float = Field(default=10.0, gt=0)
     ermis_feed_max_bytes: int = Field(default=5 * 1024 * 1024, gt=0)
     ermis_feed_build_throttle_s: float = Field(default=120.0, ge=0)
+    ermis_webhook_timeout_s: float = Field(default=5.0, gt=0)
     ermis_synthesis_provider: str = "deterministic"
     ermis_synthesis_url: str | None = None
     ermis_synthesis_api_key: SecretStr | None = None

@@ -23,8 +23,10 @@ from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.local.services import EmbeddedPostgres, EmbeddedRedis
 from lib.local.upstash_rest import upstash_rest_app
 from lib.redis.client import close_redis
+from lib.runtime.after_response import wait_for_detached_work
 from lib.settings import get_settings
 from tests.support.auth import TEST_CRON_SECRET
+from tests.support.feeds import FeedServer
 from tests.support.servers import serve_in_thread
 
 TABLES = (
@@ -39,6 +41,7 @@ TABLES = (
     "review_status_events",
     "delivery_logs",
     "newsroom_profiles",
+    "feature_flag_values",
 )
 
 _given_database_url = os.environ.pop("DATABASE_URL", None)
@@ -126,7 +129,10 @@ async def db(database_url: str) -> AsyncIterator[psycopg.AsyncConnection]:
     """A direct connection to the test database (autocommit), every table emptied first."""
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY")
+        await conn.execute("DELETE FROM source_sets WHERE key <> 'default'")
+        await conn.execute("UPDATE source_sets SET feeds = '[]' WHERE key = 'default'")
         yield conn
+        await wait_for_detached_work()
     await close_pools()
 
 
@@ -153,6 +159,16 @@ async def redis_flavour(request, redis, set_env, upstash_rest_url) -> AsyncItera
         set_env(UPSTASH_REDIS_REST_URL=url, UPSTASH_REDIS_REST_TOKEN=token)
     yield request.param
     await close_redis()
+
+
+@pytest.fixture
+def feed_server(set_env) -> Iterator[FeedServer]:
+    """A fixture feed server on loopback; feeds time out after 1 s in tests."""
+    server = FeedServer()
+    with serve_in_thread(server.app) as url:
+        server.base_url = url
+        set_env(ERMIS_FEED_TIMEOUT_S="1")
+        yield server
 
 
 @pytest.fixture

@@ -64,8 +64,10 @@ async def load_feeds(source_set: str) -> list[Feed]:
         row = await cursor.fetchone()
     if row is None:
         raise UnknownScope(f"no source set {source_set}")
+    if not isinstance(row["feeds"], list):
+        raise ValueError(f"source set {source_set}: feeds must be a JSON list")
     feeds: list[Feed] = []
-    for raw in row["feeds"] or []:
+    for raw in row["feeds"]:
         try:
             feeds.append(Feed.model_validate(raw))
         except ValidationError:

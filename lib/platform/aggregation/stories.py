@@ -42,14 +42,20 @@ def _fresh(cached: dict[str, Any] | None) -> bool:
 
 
 async def refresh_catalog(catalog: CatalogKey) -> dict[str, Any] | None:
-    """Build the catalog unless a fresh build exists or another instance is building it."""
-    async with build_lock(catalog.lock_key) as held:
-        cached = await get_state(catalog.cache_key)
-        if not held or _fresh(cached):
-            return cached
-        build = await build_catalog(catalog, cached)
-        await set_state(catalog.cache_key, build, ttl=CACHE_TTL)
-        return build
+    """Build the catalog unless a fresh build exists. When another instance holds the lock,
+    wait for it and use its build; if its lock expired without a build (it crashed), take
+    the lock and build."""
+    cached = None
+    for _ in range(2):
+        async with build_lock(catalog.lock_key) as held:
+            cached = await get_state(catalog.cache_key)
+            if _fresh(cached):
+                return cached
+            if held:
+                build = await build_catalog(catalog, cached)
+                await set_state(catalog.cache_key, build, ttl=CACHE_TTL)
+                return build
+    return cached
 
 
 async def list_aggregated_stories(

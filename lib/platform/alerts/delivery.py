@@ -6,7 +6,7 @@
   ``X-Ermis-Timestamp``, keyed by the tenant's webhook signing key (created on first use,
   kept in ``platform_state``), so the receiver can verify origin and freshness. A 2xx is
   ``delivered``; anything else is ``failed`` with the response code (0 when there was no
-  answer within ``WEBHOOK_TIMEOUT_SECONDS``). Never raises.
+  answer within ``ERMIS_WEBHOOK_TIMEOUT_S``, default 5 s). Never raises.
 - ``email``: through the configured ``EmailSender`` (default: a JSON line on stderr), logged as
   ``delivered``.
 """
@@ -27,8 +27,8 @@ import httpx
 from lib.db.pool import connection
 from lib.db.state_store import get_state, set_state
 from lib.platform.alerts.rules import AlertRule
+from lib.settings import get_settings
 
-WEBHOOK_TIMEOUT_SECONDS = 5.0
 SIGNATURE_HEADER = "X-Ermis-Signature"
 TIMESTAMP_HEADER = "X-Ermis-Timestamp"
 
@@ -72,7 +72,7 @@ async def _post_webhook(endpoint: str, key: str, alert: dict[str, Any]) -> int:
         SIGNATURE_HEADER: sign_webhook(key, timestamp, body),
     }
     try:
-        async with httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT_SECONDS) as client:
+        async with httpx.AsyncClient(timeout=get_settings().ermis_webhook_timeout_s) as client:
             response = await client.post(endpoint, content=body, headers=headers)
         return response.status_code
     except httpx.HTTPError:
