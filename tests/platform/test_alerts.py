@@ -1,0 +1,132 @@
+"""lib.platform.alerts: rules match, each (rule, story) fires once, webhooks are signed and
+logged (delivered, failed with the code, 0 with no answer), email goes through the sender,
+and the sweep peeks without building."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import threading
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from lib.db.state_store import set_state
+from lib.platform.aggregation.sources import GLOBAL_SCOPE
+from lib.platform.aggregation.stories import list_aggregated_stories
+from lib.platform.alerts.delivery import sign_webhook, webhook_signing_key
+from lib.platform.alerts.evaluation import evaluate_alert_rules
+from lib.platform.alerts.rules import AlertRule, rules_key
+from lib.platform.alerts.sweep import evaluate_instant_alert_rules_for_all_tenants
+from tests.support.catalogs import add_tenant, set_catalog
+from tests.support.feeds import FeedServer, rss
+from tests.support.servers import serve_in_thread
+
+STORIES = [
+    {"id": "s1", "headline": "Earthquake in Chile", "summary": "A strong quake."},
+    {"id": "s2", "headline": "Markets rally", "summary": "Stocks rose after the EARTHQUAKE fears eased."},
+    {"id": "s3", "headline": "Frog discovered", "summary": ""},
+]
+
+
+class Receiver:
+    """A webhook receiver on loopback that answers with a chosen status (or never)."""
+
+    def __init__(self, status: int = 200, hang: bool = False) -> None:
+        self.status, self.hang = status, hang
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        self.lock = threading.Lock()
+
+    async def hook(self, request: Request) -> JSONResponse:
+        body = await request.body()
+        with self.lock:
+            self.received.append((dict(request.headers), body))
+        if self.hang:
+            await asyncio.sleep(30)
+        return JSONResponse({}, self.status)
+
+    @property
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/hook", self.hook, methods=["POST"])])
+
+
+async def delivery_logs(db) -> list[tuple]:
+    cursor = await db.execute("SELECT method, response_code, status, endpoint FROM delivery_logs ORDER BY created_at")
+    return [tuple(row) for row in await cursor.fetchall()]
+
+
+def test_rules_match_keywords_case_insensitively() -> None:
+    rule = AlertRule(id="r", keywords=["earthquake", "  "])
+    assert [rule.matches(story) for story in STORIES] == [True, True, False]
+
+
+async def test_in_app_alerts_fire_once_per_rule_and_story(db) -> None:
+    rule = AlertRule(id="quakes", keywords=["earthquake"], severity="critical")
+    assert await evaluate_alert_rules("org_a", STORIES, [rule]) == 2
+    assert await evaluate_alert_rules("org_a", STORIES, [rule]) == 0
+    assert await evaluate_alert_rules("org_b", STORIES, [rule]) == 2
+    rows = await (await db.execute("SELECT tenant_scope_id, story_id, severity, channel FROM alert_history")).fetchall()
+    assert sorted(tuple(row) for row in rows) == [
+        ("org_a", "s1", "critical", "in-app"),
+        ("org_a", "s2", "critical", "in-app"),
+        ("org_b", "s1", "critical", "in-app"),
+        ("org_b", "s2", "critical", "in-app"),
+    ]
+    assert await delivery_logs(db) == []
+
+
+async def test_webhook_delivered_and_verifiable(db) -> None:
+    receiver = Receiver(200)
+    with serve_in_thread(receiver.app) as url:
+        rule = AlertRule(id="hook", keywords=["frog"], channel="webhook", endpoint=f"{url}/hook")
+        assert await evaluate_alert_rules("org_a", STORIES, [rule]) == 1
+    [(headers, body)] = receiver.received
+    key = await webhook_signing_key("org_a")
+    expected = sign_webhook(key, headers["x-ermis-timestamp"], body)
+    assert hmac.compare_digest(headers["x-ermis-signature"], expected)
+    assert json.loads(body)["storyId"] == "s3"
+    assert await delivery_logs(db) == [("webhook", 200, "delivered", f"{url}/hook")]
+
+
+@pytest.mark.parametrize(("receiver", "code"), [(Receiver(500), 500), (Receiver(hang=True), 0)])
+async def test_webhook_failures_are_logged_never_raised(db, set_env, receiver: Receiver, code: int) -> None:
+    set_env(ERMIS_WEBHOOK_TIMEOUT_S="0.5")
+    with serve_in_thread(receiver.app) as url:
+        rule = AlertRule(id="hook", keywords=["frog"], channel="webhook", endpoint=f"{url}/hook")
+        assert await evaluate_alert_rules("org_a", STORIES, [rule]) == 1
+    assert await delivery_logs(db) == [("webhook", code, "failed", f"{url}/hook")]
+
+
+async def test_email_goes_through_the_sender_and_is_logged(db, capsys: pytest.CaptureFixture[str]) -> None:
+    rule = AlertRule(id="mail", keywords=["markets"], channel="email")
+    assert await evaluate_alert_rules("org_a", STORIES, [rule]) == 1
+    assert '"context": "alerts:email"' in capsys.readouterr().err
+    assert await delivery_logs(db) == [("email", 200, "delivered", None)]
+
+
+async def test_sweep_peeks_counts_and_isolates(
+    db, redis, feed_server: FeedServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    feed_server.feeds["a"] = rss("A", [("Earthquake in Chile", "https://a.example/q", "Big.")])
+    await set_catalog(db, "default", [feed_server.url("a")])
+    await set_catalog(db, "unbuilt", [feed_server.url("a")])
+    await add_tenant(db, "org_built", "default")
+    await add_tenant(db, "org_unbuilt", "unbuilt")
+    await list_aggregated_stories(GLOBAL_SCOPE, force_refresh=True)
+    fetches = feed_server.total_fetches()
+    rule = [{"id": "q", "keywords": ["earthquake"]}]
+    for tenant in ("org_built", "org_unbuilt", "org_without_profile"):
+        await set_state(rules_key(tenant), rule)
+    result = await evaluate_instant_alert_rules_for_all_tenants()
+    assert result == {"tenantsWithRules": 3, "evaluated": 1, "skippedNoFeedCache": 1, "failed": 1}
+    assert feed_server.total_fetches() == fetches  # the sweep never builds
+    assert "[alerts] sweep evaluation failed for org_without_profile" in capsys.readouterr().err
+    rows = await (await db.execute("SELECT tenant_scope_id FROM alert_history")).fetchall()
+    assert [row[0] for row in rows] == ["org_built"]
+    again = await evaluate_instant_alert_rules_for_all_tenants()
+    assert again["evaluated"] == 1
+    assert (await (await db.execute("SELECT count(*) FROM alert_history")).fetchone())[0] == 1
