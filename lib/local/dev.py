@@ -111,7 +111,8 @@ async def serve(host: str, port: int, clock_start: datetime | None, upstash_port
     clock = SimulatedClock(clock_start) if clock_start else system_clock
     scheduler = CronScheduler(crons, fire, clock)
 
-    session_file().write_text(json.dumps({"url": base_url, "cronSecret": cron_secret}))
+    session = {"url": base_url, "cronSecret": cron_secret, "databaseUrl": os.environ["DATABASE_URL"]}
+    session_file().write_text(json.dumps(session))
     session_file().chmod(0o600)
     _say(f"serving {base_url}")
     for route in sorted(router.routes, key=lambda r: r.pattern):

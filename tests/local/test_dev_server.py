@@ -175,6 +175,34 @@ def test_scripts_cron_fires_one_cron_now(dev_server: DevServer) -> None:
     assert '"deletedHashRecords"' in result.stdout
 
 
+def test_seeded_demo_shows_stories_on_the_first_tick(dev_server: DevServer) -> None:
+    def run(*command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(PROJECT_ROOT / command[0]), *command[1:]],
+            cwd=PROJECT_ROOT,
+            env=dev_server.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    seeded = run("scripts/seed")
+    assert seeded.returncode == 0, seeded.stderr
+    assert "scripts/dev-token --sub user_demo_owner" in seeded.stdout
+    tick = run("scripts/cron", "rss-refresh")
+    assert tick.returncode == 0, tick.stdout + tick.stderr
+    body = json.loads(tick.stdout.splitlines()[-1])
+    assert body["tenantIngestion"]["refreshed"] == 3 and body["tenantIngestion"]["failed"] == 0
+    with psycopg.connect(dev_server.database_url) as conn:
+        drafts = dict(
+            conn.execute("SELECT tenant_scope_id, count(*) FROM editorial_story_drafts GROUP BY 1").fetchall()
+        )
+        alerts = conn.execute("SELECT tenant_scope_id FROM alert_history").fetchall()
+    assert set(drafts) == {"org_demo_news", "org_demo_wire", "org_demo_tech"}
+    assert drafts["org_demo_news"] < 7  # two world feeds' reports of the same stories were clustered
+    assert ("org_demo_news",) in [tuple(row) for row in alerts]
+
+
 def test_a_taken_port_is_one_clear_line(dev_server: DevServer) -> None:
     result = subprocess.run(
         [str(PROJECT_ROOT / "scripts/dev")],

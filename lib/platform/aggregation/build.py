@@ -2,7 +2,7 @@
 
 The result is the cache document stored under the catalog's key (``sources.CatalogKey``)::
 
-    {"builtAt", "builtAtEpoch", "stats": {...},
+    {"builtAt", "builtAtEpoch", "sourcesDigest", "stats": {...},
      "feeds": {url: {"status", "error", "etag", "lastModified", "items": [...]}},
      "stories": [{"id", "headline", "summary", "phase", "fingerprint", "model", "publishedAt",
                   "sources": [{"url", "title", "source"}]}]}
@@ -24,7 +24,7 @@ from lib.clock import iso_timestamp
 from lib.platform.aggregation.cluster import Cluster, cluster_items
 from lib.platform.aggregation.fetch import Validators, fetch_feeds
 from lib.platform.aggregation.parse import FeedItem, InvalidFeed, parse_feed
-from lib.platform.aggregation.sources import CatalogKey, load_feeds
+from lib.platform.aggregation.sources import Catalog, CatalogKey
 from lib.platform.aggregation.synthesis import SynthesisProvider, configured_provider
 from lib.platform.ai_usage import AiUsage, record_ai_usage_after_response
 
@@ -42,8 +42,8 @@ def _feed_state(result_status: str, items: list[FeedItem], validators: Validator
     }
 
 
-async def _collect_items(catalog: CatalogKey, previous: dict[str, Any]) -> tuple[dict[str, Any], list[FeedItem]]:
-    feeds = await load_feeds(catalog.source_set)
+async def _collect_items(catalog: Catalog, previous: dict[str, Any]) -> tuple[dict[str, Any], list[FeedItem]]:
+    feeds = catalog.feeds
     old_feeds: dict[str, Any] = previous.get("feeds", {})
     validators = {
         url: Validators(state.get("etag"), state.get("lastModified"))
@@ -111,14 +111,15 @@ async def _stories(
     return stories, synthesised
 
 
-async def build_catalog(catalog: CatalogKey, previous: dict[str, Any] | None) -> dict[str, Any]:
+async def build_catalog(catalog: Catalog, previous: dict[str, Any] | None) -> dict[str, Any]:
     previous = previous or {}
     feeds, items = await _collect_items(catalog, previous)
     clusters = cluster_items(items)
-    stories, synthesised = await _stories(catalog, clusters, previous, configured_provider())
+    stories, synthesised = await _stories(catalog.key, clusters, previous, configured_provider())
     return {
         "builtAt": iso_timestamp(),
         "builtAtEpoch": time.time(),
+        "sourcesDigest": catalog.sources_digest,
         "stats": {
             "feeds": len(feeds),
             "failedFeeds": sum(1 for state in feeds.values() if state["status"] == "failed"),

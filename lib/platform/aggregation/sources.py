@@ -8,6 +8,7 @@ same pair shares one build.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -41,38 +42,55 @@ class CatalogKey:
         return f"platform:feed-build-lock:{self.source_set}:{self.locale}"
 
 
+@dataclass(frozen=True)
+class Catalog:
+    """A scope's catalog as configured now: its key and its feeds."""
+
+    key: CatalogKey
+    feeds: tuple[Feed, ...]
+
+    @property
+    def sources_digest(self) -> str:
+        """Changes when the catalog's feed list changes, which makes an existing build stale."""
+        return hashlib.sha256("\n".join(sorted(feed.url for feed in self.feeds)).encode()).hexdigest()[:16]
+
+
 class UnknownScope(LookupError):
     pass
 
 
-async def catalog_for_scope(scope: str) -> CatalogKey:
-    if scope == GLOBAL_SCOPE:
-        return CatalogKey(DEFAULT_SOURCE_SET, DEFAULT_LOCALE)
-    async with connection() as conn:
-        cursor = await conn.execute(
-            "SELECT source_set_key, content_locale FROM newsroom_profiles WHERE tenant_scope_id = %s", (scope,)
-        )
-        row = await cursor.fetchone()
-    if row is None:
-        raise UnknownScope(f"no newsroom profile for {scope}")
-    return CatalogKey(row["source_set_key"], row["content_locale"])
-
-
-async def load_feeds(source_set: str) -> list[Feed]:
-    async with connection() as conn:
-        cursor = await conn.execute("SELECT feeds FROM source_sets WHERE key = %s", (source_set,))
-        row = await cursor.fetchone()
-    if row is None:
-        raise UnknownScope(f"no source set {source_set}")
-    if not isinstance(row["feeds"], list):
+def _feeds(source_set: str, raw_feeds: object) -> tuple[Feed, ...]:
+    if not isinstance(raw_feeds, list):
         raise ValueError(f"source set {source_set}: feeds must be a JSON list")
     feeds: list[Feed] = []
-    for raw in row["feeds"]:
+    for raw in raw_feeds:
         try:
             feeds.append(Feed.model_validate(raw))
         except ValidationError:
             log_server_error("aggregation", f"source set {source_set} has an invalid feed entry", entry=raw)
-    return feeds
+    return tuple(feeds)
+
+
+async def catalog_for_scope(scope: str) -> Catalog:
+    """The scope's catalog in one query: the global scope reads ``default`` in English, a tenant
+    the source set and locale of its newsroom profile."""
+    async with connection() as conn:
+        if scope == GLOBAL_SCOPE:
+            cursor = await conn.execute(
+                "SELECT key AS source_set_key, %s AS content_locale, feeds FROM source_sets WHERE key = %s",
+                (DEFAULT_LOCALE, DEFAULT_SOURCE_SET),
+            )
+        else:
+            cursor = await conn.execute(
+                "SELECT p.source_set_key, p.content_locale, s.feeds FROM newsroom_profiles p"
+                " JOIN source_sets s ON s.key = p.source_set_key WHERE p.tenant_scope_id = %s",
+                (scope,),
+            )
+        row = await cursor.fetchone()
+    if row is None:
+        raise UnknownScope(f"no catalog for scope {scope}")
+    key = CatalogKey(row["source_set_key"], row["content_locale"])
+    return Catalog(key, _feeds(key.source_set, row["feeds"]))
 
 
 async def list_configured_newsroom_tenant_scope_ids() -> list[str]:
