@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     vercel_queue_api_token: SecretStr | None = None
     vercel_queue_base_url: str | None = None
     vercel_region: str | None = None
+    vercel_deployment_id: str | None = None
 
     ermis_tenant_ingestion_time_budget_ms: int = 240_000
     ermis_feed_timeout_s: float = Field(default=10.0, gt=0)

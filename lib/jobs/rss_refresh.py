@@ -9,9 +9,6 @@ GET (cron), in the spec's fixed order:
 
 POST (operator): step 1 and step 3 — the global catalog, never tenant scopes; its
 ``tenantIngestion`` is ``null``.
-
-Publishing arrives with the queue pipeline; until then nothing is published and the inline
-path runs whatever the flag says (``published: false``).
 """
 
 from __future__ import annotations
@@ -25,13 +22,9 @@ from lib.platform.aggregation.stories import list_aggregated_stories
 from lib.platform.alerts.sweep import evaluate_instant_alert_rules_for_all_tenants
 from lib.platform.flags import is_feature_enabled
 from lib.platform.tenant_ingestion import ingest_all_tenant_scoped_feeds
+from lib.queues.publish import publish_rss_aggregation_refresh
 
 ROUTE = "/api/admin/rss/refresh"
-
-
-async def publish_rss_aggregation_refresh() -> bool:
-    """Whether a refresh message was published; the queue pipeline is not built yet."""
-    return False
 
 
 async def _publish_or_refresh_inline() -> dict[str, Any]:

@@ -1,8 +1,11 @@
-"""POST (queue push, message HMAC): the rss.ingest consumer. Placeholder until issue #5 lands."""
+"""POST (queue push, message HMAC): the rss.ingest consumer. See lib.queues.consumer and lib.queues.handlers."""
 
 from lib.auth.gates import QUEUE_MESSAGE_HMAC
 from lib.http.app import function_app
-from lib.http.planned import planned
 from lib.http.routing import guarded, route
+from lib.queues.consumer import create_rss_consumer
+from lib.queues.handlers import handle_rss_ingest
+from lib.queues.topics import RSS_QUEUE_TOPICS
 
-app = function_app(route("/api/queues/rss/ingest", POST=guarded(QUEUE_MESSAGE_HMAC, planned(5))))
+receive = create_rss_consumer(RSS_QUEUE_TOPICS["ingest"], handle_rss_ingest)
+app = function_app(route("/api/queues/rss/ingest", POST=guarded(QUEUE_MESSAGE_HMAC, receive)))

@@ -1,8 +1,11 @@
-"""POST (queue push, message HMAC): the rss.synthesize consumer. Placeholder until issue #5 lands."""
+"""POST (queue push, message HMAC): the rss.synthesize consumer. See lib.queues.consumer and lib.queues.handlers."""
 
 from lib.auth.gates import QUEUE_MESSAGE_HMAC
 from lib.http.app import function_app
-from lib.http.planned import planned
 from lib.http.routing import guarded, route
+from lib.queues.consumer import create_rss_consumer
+from lib.queues.handlers import not_implemented
+from lib.queues.topics import RSS_QUEUE_TOPICS
 
-app = function_app(route("/api/queues/rss/synthesize", POST=guarded(QUEUE_MESSAGE_HMAC, planned(5))))
+receive = create_rss_consumer(RSS_QUEUE_TOPICS["synthesize"], not_implemented(RSS_QUEUE_TOPICS["synthesize"]))
+app = function_app(route("/api/queues/rss/synthesize", POST=guarded(QUEUE_MESSAGE_HMAC, receive)))

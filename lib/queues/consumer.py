@@ -1,0 +1,168 @@
+"""The consumer wrapper (spec: ``createRssConsumer``): what each consumer route serves.
+
+A push delivery is a POST whose body is the message and whose ``ce-*`` headers are the
+CloudEvent metadata. The route hands both to ``vercel-queue``'s ``accept_and_handle``, which
+leases the message and calls the subscriber registered here for the topic. The subscriber:
+
+1. verifies the message HMAC — a forged message is logged (``log_server_error`` with the
+   message id and delivery count) and acknowledged: retrying it is pointless and would only
+   mirror attacker payloads into the DLQ;
+2. skips a batch that already ran successfully (remembered in Redis for
+   ``DONE_BATCH_TTL_SECONDS``, longer than the queue's 7-day retention), so a replayed or
+   duplicated delivery does no work twice, while a redelivery after a failure runs again;
+3. runs the handler; an error is logged, and the message retried after
+   ``min(300, 2 ** delivery_count)`` seconds (``RetryAfter``) — or, on the last of
+   ``max_attempts`` deliveries, mirrored to ``<topic>-dlq`` (the send awaited, so the record
+   cannot die with the instance) and then acknowledged.
+
+The handler is also registered in-process, so local development without a queue runs the
+same body (signature and batch checks included). When the queue is not provisioned, a push
+cannot be acknowledged, and the route answers 204 without work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from vercel.queue import Message, QueueError, RetryAfter, subscribe
+
+from lib.clock import iso_timestamp
+from lib.http.errors import error_response
+from lib.http.routing import Handler
+from lib.observability import describe_error, log_server_error
+from lib.queues.client import is_queues_provisioned, queue_client
+from lib.queues.publish import RssHandler, RssMessageMetadata, register_rss_in_process_handler
+from lib.queues.signing import verify_message
+from lib.queues.topics import dlq_topic, wire_topic
+from lib.redis.client import get_redis
+from lib.redis.commands import execute_command
+
+DONE_BATCH_TTL_SECONDS = 8 * 24 * 3600
+MAX_RETRY_DELAY_SECONDS = 300
+DLQ_ERROR_MESSAGE_CHARS = 500
+
+
+@dataclass(frozen=True)
+class ConsumerOptions:
+    visibility_timeout_seconds: int = 300
+    max_attempts: int = 5
+
+
+def retry_delay_seconds(delivery_count: int) -> int:
+    return min(MAX_RETRY_DELAY_SECONDS, 2**delivery_count)
+
+
+def _done_key(topic: str, batch_id: str) -> str:
+    return f"queues:rss:done:{topic}:{batch_id}"
+
+
+async def _batch_done(topic: str, batch_id: str) -> bool:
+    client = get_redis()
+    return bool(client is not None and batch_id and await execute_command(client, "EXISTS", _done_key(topic, batch_id)))
+
+
+async def _remember_batch_done(topic: str, batch_id: str) -> None:
+    client = get_redis()
+    if client is not None and batch_id:
+        await execute_command(client, "SET", _done_key(topic, batch_id), iso_timestamp(), "EX", DONE_BATCH_TTL_SECONDS)
+
+
+class _Consumer:
+    """One per topic per process; re-creating a consumer (a module loaded twice) swaps the
+    handler instead of registering a second, overlapping subscription."""
+
+    def __init__(self, topic: str, handler: RssHandler, options: ConsumerOptions) -> None:
+        self.topic, self.handler, self.options = topic, handler, options
+        # The SDK holds subscribers weakly; this reference keeps ours registered.
+        self.subscriber: Any = None
+
+    async def process(self, payload: Any, metadata: RssMessageMetadata) -> bool:
+        """Verify and run once per batch; False when the message was rejected."""
+        context = f"queues:{self.topic}"
+        if not verify_message(payload):
+            log_server_error(
+                context,
+                "rejected a message with an invalid signature",
+                messageId=metadata.message_id,
+                deliveryCount=metadata.delivery_count,
+            )
+            return False
+        batch_id = str(payload.get("batchId") or "")
+        if await _batch_done(self.topic, batch_id):
+            return True
+        await self.handler(payload, metadata)
+        await _remember_batch_done(self.topic, batch_id)
+        return True
+
+    async def on_delivery(self, message: Message[dict[str, object]]) -> None:
+        metadata = RssMessageMetadata(
+            str(message.metadata.message_id), self.topic, int(message.metadata.delivery_count)
+        )
+        try:
+            await self.process(message.payload, metadata)
+        except Exception as error:
+            log_server_error(
+                f"queues:{self.topic}", error, messageId=metadata.message_id, deliveryCount=metadata.delivery_count
+            )
+            if metadata.delivery_count < self.options.max_attempts:
+                raise RetryAfter(retry_delay_seconds(metadata.delivery_count)) from error
+            await queue_client().send(
+                dlq_topic(self.topic),
+                {
+                    "originalMessageId": metadata.message_id,
+                    "originalTopic": self.topic,
+                    "deliveryCount": metadata.delivery_count,
+                    "failedAt": iso_timestamp(),
+                    "errorMessage": describe_error(error)[:DLQ_ERROR_MESSAGE_CHARS],
+                },
+            )
+
+
+_consumers: dict[str, _Consumer] = {}
+
+
+def _consumer_for(topic: str, handler: RssHandler, options: ConsumerOptions) -> _Consumer:
+    existing = _consumers.get(topic)
+    if existing is not None:
+        existing.handler, existing.options = handler, options
+        return existing
+    consumer = _Consumer(topic, handler, options)
+    _consumers[topic] = consumer
+
+    async def deliver(message: Message[dict[str, object]]) -> None:
+        await consumer.on_delivery(message)
+
+    deliver.__name__ = f"deliver_{wire_topic(topic).replace('-', '_')}"
+    consumer.subscriber = subscribe(deliver, topic=wire_topic(topic), consumer_group=wire_topic(topic))
+    return consumer
+
+
+def create_rss_consumer(topic: str, handler: RssHandler, options: ConsumerOptions | None = None) -> Handler:
+    """The POST endpoint for ``topic``'s consumer route."""
+    consumer = _consumer_for(topic, handler, options or ConsumerOptions())
+
+    async def in_process(payload: dict[str, Any], metadata: RssMessageMetadata) -> None:
+        await consumer.process(payload, metadata)
+
+    register_rss_in_process_handler(topic, in_process)
+    expected_topic = wire_topic(topic)
+
+    async def receive_push(request: Request) -> Response:
+        if not is_queues_provisioned():
+            return Response(status_code=204)
+        if request.headers.get("ce-vqsqueuename") != expected_topic:
+            return error_response(400, "malformed_delivery", f"Not a push delivery for {expected_topic}.")
+        body = await request.body()
+        try:
+            await queue_client().accept_and_handle(
+                body, dict(request.headers), lease_duration=consumer.options.visibility_timeout_seconds
+            )
+        except (QueueError, ValueError) as error:
+            log_server_error(f"queues:{topic}", error)
+            return error_response(400, "malformed_delivery", "The push delivery could not be accepted.")
+        return JSONResponse({"acknowledged": True})
+
+    return receive_push

@@ -1,0 +1,78 @@
+"""Publishing signed messages (spec: ``publishRssMessage``, ``publishRssAggregationRefresh``).
+
+Provisioned: ``QueueClient.send`` to the wire topic with the spec's idempotency key
+``<topic>:<batchId>:<first 96 characters of the JSON, non-alphanumerics as _>``. A client that
+cannot be built raises — never an in-process fallthrough, because on serverless a detached
+in-process run can die with the response and turn "publish failed" into "maybe ran".
+
+Not provisioned (local development without a queue): the message goes straight to the handler
+registered for the topic (consumer modules register theirs at import), with synthetic
+metadata; with no handler registered it is dropped with a stderr line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from lib.clock import iso_timestamp
+from lib.queues.client import is_queues_provisioned, queue_client
+from lib.queues.signing import sign_message
+from lib.queues.topics import RSS_QUEUE_TOPICS, wire_topic
+
+
+@dataclass(frozen=True)
+class RssMessageMetadata:
+    message_id: str
+    topic: str
+    delivery_count: int
+
+
+RssHandler = Callable[[dict[str, Any], RssMessageMetadata], Awaitable[None]]
+_in_process_handlers: dict[str, RssHandler] = {}
+_NON_ALPHANUMERIC = re.compile(r"[^A-Za-z0-9]")
+
+
+def register_rss_in_process_handler(topic: str, handler: RssHandler) -> None:
+    _in_process_handlers[topic] = handler
+
+
+def idempotency_key(topic: str, message: dict[str, Any]) -> str:
+    serialized = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    return f"{topic}:{message.get('batchId', '')}:{_NON_ALPHANUMERIC.sub('_', serialized[:96])}"
+
+
+PublishOutcome = Literal["queued", "dispatched", "dropped"]
+
+
+async def publish_rss_message(topic: str, message: dict[str, Any]) -> PublishOutcome:
+    """Sign and publish: ``queued`` on the queue service, ``dispatched`` to the in-process
+    handler, or ``dropped`` (not provisioned, no handler registered)."""
+    signed = sign_message(message)
+    if is_queues_provisioned():
+        client = queue_client()
+        await client.send(wire_topic(topic), signed, idempotency_key=idempotency_key(topic, signed))
+        return "queued"
+    handler = _in_process_handlers.get(topic)
+    if handler is None:
+        sys.stderr.write(f"[queues:{topic}] no queue provisioned and no in-process handler; message dropped\n")
+        return "dropped"
+    await handler(signed, RssMessageMetadata(f"in-process-{uuid.uuid4()}", topic, 1))
+    return "dispatched"
+
+
+async def publish_rss_aggregation_refresh() -> bool:
+    """One ``rss.ingest`` message per refresh: the whole catalog is one build (cross-source
+    clustering), so the stage is a single full-refresh trigger, not a fan-out."""
+    message = {
+        "batchId": str(uuid.uuid4()),
+        "sourceId": "all-sources",
+        "feedUrl": "",
+        "requestedAt": iso_timestamp(),
+    }
+    return await publish_rss_message(RSS_QUEUE_TOPICS["ingest"], message) != "dropped"
