@@ -18,7 +18,8 @@ fail only the bad ones; a 5xx, a 429 or a network error fails the whole batch (e
 
 Returns ``{processed, failed, skipped, reason}``. ``skipped`` counts eligible rows this run did
 not send: beyond ``limit``, or held by a concurrent flush. No ``POLAR_ACCESS_TOKEN``: zeroes and
-``reason: "polar_not_configured"``.
+``reason: "polar_not_configured"``; the ``aiUsageMetering`` flag off: zeroes and
+``reason: "metering_disabled"`` (rows wait, nothing is lost).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from psycopg import AsyncConnection
 from lib.db.pool import connection
 from lib.jobs.cron_auth import report_cron_drain_failures
 from lib.observability import describe_error
+from lib.platform.flags import is_feature_enabled
 from lib.settings import get_settings, secret_or_none
 
 ROUTE = "/api/admin/ai/metering/flush"
@@ -102,6 +104,9 @@ async def flush_ai_metering_outbox(limit: int = 100) -> dict[str, Any]:
     polar = polar_client()
     if polar is None:
         result["reason"] = "polar_not_configured"
+        return result
+    if not await is_feature_enabled("aiUsageMetering"):
+        result["reason"] = "metering_disabled"
         return result
     async with polar:
         await _drain(polar, limit, result)

@@ -2,12 +2,8 @@
 
 Each flag has a default; an operator can set a global value and per-tenant overrides
 (``feature_flag_values``: ``tenant_scope_id = ''`` is the global row). A tenant's value is its
-override, else the global value, else the default. Flags that the bundle reads:
-
-- ``rssQueuePipeline`` ("RSS queue pipeline", default off): the refresh cron publishes one
-  ``rss.ingest`` message instead of refreshing the global catalog inline.
-- ``notificationsRestPolling`` (default off): the notification stream answers 204 and clients
-  poll the REST route instead.
+override, else the global value, else the default. Reads are one query for all flags.
+``set_feature_flag`` / ``clear_feature_flag`` are what ``PUT /api/admin/flags`` calls.
 """
 
 from __future__ import annotations
@@ -40,6 +36,24 @@ FLAG_DEFINITIONS: dict[str, FlagDefinition] = {
             " Server-Sent Events stream. Off by default (SSE). Enable to avoid long-lived streaming functions;"
             " clients fall back to a 12s poll.",
         ),
+        FlagDefinition(
+            "instantAlerts",
+            "Instant alerts",
+            "Evaluates the tenant's alert rules against new stories and in the ten-minute sweep.",
+            default=True,
+        ),
+        FlagDefinition(
+            "alertWebhooks",
+            "Alert webhooks",
+            "Delivers webhook-channel alerts to their endpoints; off records the alert without calling out.",
+            default=True,
+        ),
+        FlagDefinition(
+            "aiUsageMetering",
+            "AI usage metering",
+            "Sends AI usage from the metering outbox to Polar; off leaves rows pending until it is on again.",
+            default=True,
+        ),
     )
 }
 
@@ -61,6 +75,56 @@ async def resolve_feature_flags(tenant_scope_id: str | None = None) -> dict[str,
 
 
 async def is_feature_enabled(key: str, tenant_scope_id: str | None = None) -> bool:
-    if key not in FLAG_DEFINITIONS:
-        raise KeyError(f"unknown feature flag {key!r}")
+    _check_key(key)
     return (await resolve_feature_flags(tenant_scope_id))[key]
+
+
+class UnknownFlag(KeyError):
+    pass
+
+
+def _check_key(key: str) -> None:
+    if key not in FLAG_DEFINITIONS:
+        raise UnknownFlag(key)
+
+
+async def set_feature_flag(key: str, enabled: bool, tenant_scope_id: str | None = None) -> None:
+    _check_key(key)
+    async with connection() as conn:
+        await conn.execute(
+            "INSERT INTO feature_flag_values (flag_key, tenant_scope_id, enabled) VALUES (%s, %s, %s)"
+            " ON CONFLICT (flag_key, tenant_scope_id) DO UPDATE SET enabled = EXCLUDED.enabled, updated_at = now()",
+            (key, tenant_scope_id or "", enabled),
+        )
+
+
+async def clear_feature_flag(key: str, tenant_scope_id: str | None = None) -> bool:
+    """Remove a tenant override (or, without a tenant, the global value: back to the default)."""
+    _check_key(key)
+    async with connection() as conn:
+        cursor = await conn.execute(
+            "DELETE FROM feature_flag_values WHERE flag_key = %s AND tenant_scope_id = %s", (key, tenant_scope_id or "")
+        )
+        return cursor.rowcount > 0
+
+
+async def list_feature_flags() -> list[dict[str, object]]:
+    """Every flag with its definition, global value and tenant overrides (the admin view)."""
+    async with connection() as conn:
+        cursor = await conn.execute("SELECT flag_key, tenant_scope_id, enabled FROM feature_flag_values")
+        rows = await cursor.fetchall()
+    flags = []
+    for flag in FLAG_DEFINITIONS.values():
+        mine = [row for row in rows if row["flag_key"] == flag.key]
+        global_value = next((row["enabled"] for row in mine if row["tenant_scope_id"] == ""), flag.default)
+        flags.append(
+            {
+                "key": flag.key,
+                "label": flag.label,
+                "description": flag.description,
+                "default": flag.default,
+                "enabled": global_value,
+                "overrides": {row["tenant_scope_id"]: row["enabled"] for row in mine if row["tenant_scope_id"]},
+            }
+        )
+    return flags

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from lib.db.state_store import set_state
 from lib.platform.alerts.rules import rules_key
 from tests.support.auth import cron_headers, session_headers
@@ -56,13 +58,30 @@ async def test_the_cron_tick_answers_the_spec_body_and_does_the_work(db, redis, 
     assert [tuple(row) for row in alerts] == [("org_a", "critical")]
 
 
-async def test_the_pipeline_flag_is_reported(db, redis, feed_server: FeedServer) -> None:
+async def test_with_the_pipeline_on_the_tick_publishes_instead_of_refreshing_inline(
+    db, redis, feed_server: FeedServer, set_env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    load_api_app("api/queues/rss/ingest.py")  # registers the in-process rss.ingest handler
+    set_env(ERMIS_QUEUE_SIGNING_SECRET="refresh-test-secret")
     await seed(db, feed_server)
     await db.execute("INSERT INTO feature_flag_values (flag_key, enabled) VALUES ('rssQueuePipeline', true)")
     async with client_for(app) as client:
         body = (await client.get(PATH, headers=cron_headers())).json()
-    # Publishing lands with the queue pipeline; until then the inline path stays authoritative.
-    assert (body["published"], body["pipelineEnabled"], body["inlineRefreshed"]) == (False, True, True)
+    assert (body["published"], body["pipelineEnabled"], body["inlineRefreshed"]) == (True, True, False)
+    assert "[queues:rss.ingest] running aggregation refresh batch=" in capsys.readouterr().err
+    assert feed_server.fetches["world"] == 1  # the consumer's build, shared with the tenants
+
+
+async def test_with_the_pipeline_on_and_no_signing_secret_the_tick_fails_loudly(
+    db, redis, feed_server: FeedServer, set_env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_env(ERMIS_QUEUE_SIGNING_SECRET=None)
+    await seed(db, feed_server)
+    await db.execute("INSERT INTO feature_flag_values (flag_key, enabled) VALUES ('rssQueuePipeline', true)")
+    async with client_for(app) as client:
+        response = await client.get(PATH, headers=cron_headers())
+    assert response.status_code == 500 and response.json()["error"]["code"] == "internal_error"
+    assert "SigningSecretMissing" in capsys.readouterr().err
 
 
 async def test_operator_post_refreshes_the_global_catalog_only(

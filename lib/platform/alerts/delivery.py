@@ -1,8 +1,8 @@
 """Delivering a new alert by its rule's channel, and logging every attempt in ``delivery_logs``.
 
 - ``in-app``: the ``alert_history`` row is the delivery (the notification stream sends it).
-- ``webhook``: ``POST`` of the alert as JSON to the rule's endpoint with
-  ``X-Ermis-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`` and
+- ``webhook`` (unless the tenant's ``alertWebhooks`` flag is off): ``POST`` of the alert as
+  JSON to the rule's endpoint with ``X-Ermis-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`` and
   ``X-Ermis-Timestamp``, keyed by the tenant's webhook signing key (created on first use,
   kept in ``platform_state``), so the receiver can verify origin and freshness. A 2xx is
   ``delivered``; anything else is ``failed`` with the response code (0 when there was no
@@ -27,6 +27,7 @@ import httpx
 from lib.db.pool import connection
 from lib.db.state_store import get_state, set_state
 from lib.platform.alerts.rules import AlertRule
+from lib.platform.flags import is_feature_enabled
 from lib.settings import get_settings
 
 SIGNATURE_HEADER = "X-Ermis-Signature"
@@ -91,6 +92,8 @@ async def _log_delivery(tenant_scope_id: str, alert_id: str, method: str, code: 
 
 async def deliver_alert(tenant_scope_id: str, rule: AlertRule, alert: dict[str, Any]) -> None:
     if rule.channel == "webhook":
+        if not await is_feature_enabled("alertWebhooks", tenant_scope_id):
+            return
         if not rule.endpoint:
             await _log_delivery(tenant_scope_id, alert["id"], "webhook", 0, None)
             return

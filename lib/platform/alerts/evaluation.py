@@ -15,6 +15,7 @@ from lib.db.pool import connection
 from lib.observability import log_server_error
 from lib.platform.alerts.delivery import deliver_alert
 from lib.platform.alerts.rules import AlertRule, get_alert_rules
+from lib.platform.flags import is_feature_enabled
 from lib.runtime.after_response import run_after_response
 
 _RECORD_MATCHES = """
@@ -45,7 +46,7 @@ async def evaluate_alert_rules(
         for story in stories
         if rule.matches(story)
     ]
-    if not matches:
+    if not matches or not await is_feature_enabled("instantAlerts", tenant_scope_id):
         return 0
     async with connection() as conn:
         cursor = await conn.execute(_RECORD_MATCHES, {"tenant": tenant_scope_id, "matches": Jsonb(matches)})

@@ -1,0 +1,1 @@
+"""Request handlers for the routes that are neither crons, queue consumers nor streams."""

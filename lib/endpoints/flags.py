@@ -1,0 +1,68 @@
+"""HTTP for the flag store: the operator's ``GET/PUT /api/admin/flags`` (surface ``flags``)
+and the caller's tenant-resolved ``GET /api/feature-flags`` (any session).
+
+``PUT`` takes ``{"key", "enabled"?, "tenantScopeId"?, "clearOverride"?}``: exactly one of
+``enabled`` (a boolean) and ``clearOverride: true``; an unknown key, a wrong type, an unknown
+field or both/neither is a 400 naming the problem.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from lib.auth.gates import require_session
+from lib.http.errors import ApiError
+from lib.platform.flags import (
+    FLAG_DEFINITIONS,
+    clear_feature_flag,
+    list_feature_flags,
+    resolve_feature_flags,
+    set_feature_flag,
+)
+
+
+class FlagUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    key: str
+    enabled: StrictBool | None = None
+    tenant_scope_id: str | None = Field(default=None, alias="tenantScopeId", min_length=1)
+    clear_override: StrictBool = Field(default=False, alias="clearOverride")
+
+    @model_validator(mode="after")
+    def one_action(self) -> FlagUpdate:
+        if self.key not in FLAG_DEFINITIONS:
+            raise ValueError(f"unknown flag {self.key!r}; known: {', '.join(FLAG_DEFINITIONS)}")
+        if (self.enabled is None) == (not self.clear_override):
+            raise ValueError("give exactly one of enabled (a boolean) and clearOverride: true")
+        return self
+
+
+async def read_flags(_request: Request) -> Response:
+    return JSONResponse({"flags": await list_feature_flags()})
+
+
+async def update_flag(request: Request) -> Response:
+    try:
+        update = FlagUpdate.model_validate(json.loads(await request.body()))
+    except json.JSONDecodeError:
+        raise ApiError(400, "invalid_json", "The body must be a JSON object.") from None
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(map(str, issue['loc'])) or 'body'}: {issue['msg']}" for issue in error.errors()
+        )
+        raise ApiError(400, "invalid_flag_update", problems) from None
+    if update.clear_override:
+        await clear_feature_flag(update.key, update.tenant_scope_id)
+    else:
+        await set_feature_flag(update.key, bool(update.enabled), update.tenant_scope_id)
+    return JSONResponse({"flags": await list_feature_flags()})
+
+
+async def read_my_flags(request: Request) -> Response:
+    session = require_session(request)
+    return JSONResponse({"flags": await resolve_feature_flags(session.tenant_scope_id)})

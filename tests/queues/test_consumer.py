@@ -1,0 +1,151 @@
+"""lib.queues.consumer against the SDK's embedded queue service: real sends, leases, push
+deliveries to the route, retries with the spec's backoff, the DLQ, and forged messages."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from starlette.types import ASGIApp
+
+from lib.auth.gates import QUEUE_MESSAGE_HMAC
+from lib.http.app import function_app
+from lib.http.routing import guarded, route
+from lib.queues.client import queue_client
+from lib.queues.consumer import ConsumerOptions, create_rss_consumer, retry_delay_seconds
+from lib.queues.publish import RssMessageMetadata, publish_rss_message
+from lib.queues.signing import sign_message
+from lib.queues.topics import dlq_topic, wire_topic
+from tests.support.queue import EmbeddedQueue, embedded_queue
+
+TOPIC = "rss.cluster"  # a reserved stage's topic, reused here with test handlers
+WIRE = wire_topic(TOPIC)
+PATH = "/consume"
+calls: list[tuple[str, int]] = []
+failures_left = {"count": 0}
+
+
+async def flaky(message: dict, metadata: RssMessageMetadata) -> None:
+    calls.append((message["batchId"], metadata.delivery_count))
+    if failures_left["count"] > 0:
+        failures_left["count"] -= 1
+        raise RuntimeError("transient failure")
+
+
+def consumer_app(max_attempts: int = 5) -> ASGIApp:
+    receive = create_rss_consumer(TOPIC, flaky, ConsumerOptions(max_attempts=max_attempts))
+    return function_app(route(PATH, POST=guarded(QUEUE_MESSAGE_HMAC, receive)))
+
+
+@pytest.fixture
+def queue(set_env, redis) -> Iterator[EmbeddedQueue]:
+    calls.clear()
+    failures_left["count"] = 0
+    set_env(ERMIS_QUEUE_SIGNING_SECRET="consumer-test-secret")
+    with embedded_queue(set_env) as embedded:
+        yield embedded
+
+
+def error_lines(err: str) -> list[dict]:
+    return [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+
+
+async def test_a_signed_message_runs_once_and_is_acknowledged(queue: EmbeddedQueue) -> None:
+    app = consumer_app()
+    assert await publish_rss_message(TOPIC, {"batchId": "b1", "sourceId": "all-sources"}) == "queued"
+    [response] = await queue.push(WIRE, app, PATH)
+    assert response.status_code == 200
+    assert calls == [("b1", 1)]
+    [message] = queue.messages(WIRE)
+    assert message.acknowledged
+
+
+async def test_a_delivery_after_success_does_no_work(queue: EmbeddedQueue) -> None:
+    app = consumer_app()
+    signed = sign_message({"batchId": "b2", "sourceId": "all-sources"})
+    client = queue_client()
+    await client.send(WIRE, signed)
+    await queue.push(WIRE, app, PATH)
+    await client.send(WIRE, signed)  # the captured message, replayed
+    [replayed] = await queue.push(WIRE, app, PATH)
+    assert replayed.status_code == 200
+    assert calls == [("b2", 1)]
+    assert all(message.acknowledged for message in queue.messages(WIRE))
+
+
+async def test_a_failed_run_is_retried_with_backoff_and_runs_again(queue: EmbeddedQueue) -> None:
+    app = consumer_app()
+    failures_left["count"] = 1
+    await publish_rss_message(TOPIC, {"batchId": "b3"})
+    await queue.push(WIRE, app, PATH)
+    assert await queue.push(WIRE, app, PATH) == []  # not visible before the backoff
+    queue.advance(retry_delay_seconds(1))
+    await queue.push(WIRE, app, PATH)
+    assert calls == [("b3", 1), ("b3", 2)]
+    assert queue.messages(WIRE)[0].acknowledged
+
+
+async def test_a_handler_that_always_fails_ends_on_the_dlq_once(
+    queue: EmbeddedQueue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = consumer_app(max_attempts=3)
+    failures_left["count"] = 99
+    await publish_rss_message(TOPIC, {"batchId": "b4"})
+    for delivery in range(1, 4):
+        await queue.push(WIRE, app, PATH)
+        queue.advance(retry_delay_seconds(delivery))
+    assert [count for _, count in calls] == [1, 2, 3]
+    assert queue.messages(WIRE)[0].acknowledged
+    [dead] = queue.payloads(dlq_topic(TOPIC))
+    assert set(dead) == {"originalMessageId", "originalTopic", "deliveryCount", "failedAt", "errorMessage"}
+    assert (dead["originalTopic"], dead["deliveryCount"]) == (TOPIC, 3)
+    assert dead["originalMessageId"] == queue.messages(WIRE)[0].message_id
+    assert "transient failure" in dead["errorMessage"] and len(dead["errorMessage"]) <= 500
+    assert await queue.push(WIRE, app, PATH) == []
+    assert len(error_lines(capsys.readouterr().err)) == 3  # one per failed delivery
+
+
+FORGERIES = {
+    "missing signature": lambda signed: {k: v for k, v in signed.items() if k != "signature"},
+    "bad signature": lambda signed: {**signed, "signature": "f" * 64},
+    "another payload's signature": lambda signed: {**signed, "batchId": "someone-else"},
+    "wrong length": lambda signed: {**signed, "signature": signed["signature"][:40]},
+    "non-hex": lambda signed: {**signed, "signature": "g" * 64},
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+async def test_forged_messages_are_acknowledged_without_work(
+    queue: EmbeddedQueue, forgery: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = consumer_app()
+    forged = FORGERIES[forgery](sign_message({"batchId": "b5", "sourceId": "all-sources"}))
+    await queue_client().send(WIRE, forged)
+    [response] = await queue.push(WIRE, app, PATH)
+    assert response.status_code == 200
+    assert calls == []
+    assert queue.messages(WIRE)[0].acknowledged
+    assert queue.messages(dlq_topic(TOPIC)) == []
+    [logged] = error_lines(capsys.readouterr().err)
+    assert logged["context"] == f"queues:{TOPIC}" and "invalid signature" in logged["error"]
+    assert logged["deliveryCount"] == 1 and logged["messageId"] == queue.messages(WIRE)[0].message_id
+
+
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [
+        (b'{"batchId": "x"}', {}),
+        (b'{"batchId": "x"}', {"ce-vqsqueuename": WIRE}),
+        (b"not json", {"ce-vqsqueuename": WIRE, "ce-type": "com.vercel.queue.v2beta"}),
+        (b'{"batchId": "x"}', {"ce-vqsqueuename": "rss-ingest"}),
+    ],
+)
+async def test_a_malformed_push_delivery_is_a_4xx(queue: EmbeddedQueue, body: bytes, headers: dict) -> None:
+    from tests.support.functions import client_for
+
+    async with client_for(consumer_app()) as client:
+        response = await client.post(PATH, content=body, headers=headers)
+    assert 400 <= response.status_code < 500
+    assert response.json()["error"]["code"] == "malformed_delivery"
+    assert calls == []
