@@ -1,0 +1,126 @@
+"""The pipeline end to end on the embedded queue: the refresh publishes one signed rss.ingest
+message, the ingest consumer builds (or acks without work when the flag is off), a reserved
+stage fails loudly onto its DLQ; provisioning, region and in-process dispatch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from lib.platform.flags import set_feature_flag
+from lib.queues import publish as publish_module
+from lib.queues.client import get_queue_region, is_queues_provisioned
+from lib.queues.consumer import retry_delay_seconds
+from lib.queues.publish import idempotency_key, publish_rss_aggregation_refresh, publish_rss_message
+from lib.queues.signing import verify_message
+from tests.support.catalogs import set_catalog
+from tests.support.feeds import FeedServer, rss
+from tests.support.functions import load_api_app
+from tests.support.queue import EmbeddedQueue, embedded_queue
+
+INGEST = load_api_app("api/queues/rss/ingest.py")
+ENRICH = load_api_app("api/queues/rss/enrich.py")
+
+
+@pytest.fixture
+def queue(set_env, redis) -> Iterator[EmbeddedQueue]:
+    set_env(ERMIS_QUEUE_SIGNING_SECRET="pipeline-test-secret")
+    with embedded_queue(set_env) as embedded:
+        yield embedded
+
+
+def test_provisioning_and_region(set_env) -> None:
+    set_env(VERCEL_OIDC_TOKEN=None, VERCEL_QUEUE_API_TOKEN=None, VERCEL_REGION=None)
+    assert not is_queues_provisioned() and get_queue_region() == "iad1"
+    set_env(VERCEL_OIDC_TOKEN="  ")
+    assert not is_queues_provisioned()
+    set_env(VERCEL_OIDC_TOKEN="oidc", VERCEL_REGION="arn1")
+    assert is_queues_provisioned() and get_queue_region() == "arn1"
+
+
+def test_idempotency_key_has_the_spec_form() -> None:
+    message = {"batchId": "b-1", "sourceId": "all-sources", "feedUrl": ""}
+    key = idempotency_key("rss.ingest", message)
+    assert key.startswith("rss.ingest:b-1:")
+    # {"batchId":"b-1",...} with every non-alphanumeric as _
+    assert key.split(":", 2)[2] == "__batchId___b_1___sourceId___all_sources___feedUrl_____"
+
+
+async def test_the_refresh_publishes_one_signed_all_sources_message(db, queue: EmbeddedQueue) -> None:
+    assert await publish_rss_aggregation_refresh() is True
+    [message] = queue.payloads("rss-ingest")
+    assert (message["sourceId"], message["feedUrl"]) == ("all-sources", "")
+    assert message["batchId"] and verify_message(message)
+    assert queue.messages("rss-ingest")[0].idempotency_key.startswith(f"rss.ingest:{message['batchId']}:")
+
+
+async def test_the_ingest_consumer_builds_the_global_catalog_when_the_flag_is_on(
+    db, queue: EmbeddedQueue, feed_server: FeedServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    feed_server.feeds["w"] = rss("W", [("Earthquake in Chile", "https://w/1", "Big.")])
+    await set_catalog(db, "default", [feed_server.url("w")])
+    await set_feature_flag("rssQueuePipeline", True)
+    await publish_rss_aggregation_refresh()
+    [response] = await queue.push("rss-ingest", INGEST, "/api/queues/rss/ingest")
+    assert response.status_code == 200
+    assert feed_server.fetches["w"] == 1
+    assert "running aggregation refresh batch=" in capsys.readouterr().err
+    assert queue.messages("rss-ingest")[0].acknowledged
+
+
+async def test_a_message_in_flight_when_the_flag_goes_off_is_acked_without_a_build(
+    db, queue: EmbeddedQueue, feed_server: FeedServer
+) -> None:
+    feed_server.feeds["w"] = rss("W", [("Earthquake in Chile", "https://w/1", "Big.")])
+    await set_catalog(db, "default", [feed_server.url("w")])
+    await publish_rss_aggregation_refresh()  # published while on; the flag is off at delivery
+    [response] = await queue.push("rss-ingest", INGEST, "/api/queues/rss/ingest")
+    assert response.status_code == 200
+    assert feed_server.total_fetches() == 0
+    assert queue.messages("rss-ingest")[0].acknowledged
+
+
+async def test_a_reserved_stage_fails_loudly_and_ends_on_its_dlq(
+    db, queue: EmbeddedQueue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await publish_rss_message("rss.enrich", {"batchId": "e-1", "sourceId": "s", "feedUrl": "https://f"})
+    for delivery in range(1, 6):
+        await queue.push("rss-enrich", ENRICH, "/api/queues/rss/enrich")
+        queue.advance(retry_delay_seconds(delivery))
+    [dead] = queue.payloads("rss-enrich-dlq")
+    assert dead["deliveryCount"] == 5 and dead["originalTopic"] == "rss.enrich"
+    assert "rss.enrich consumer is not implemented; do not enable a producer for this topic" in dead["errorMessage"]
+    assert queue.messages("rss-enrich")[0].acknowledged
+    errors = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    assert len(errors) == 5
+
+
+async def test_unprovisioned_publishing_dispatches_in_process_or_drops(
+    db, set_env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_env(ERMIS_QUEUE_SIGNING_SECRET="s", VERCEL_OIDC_TOKEN=None, VERCEL_QUEUE_API_TOKEN=None)
+    seen: list[tuple[dict, int]] = []
+
+    async def handler(message: dict, metadata) -> None:
+        seen.append((message, metadata.delivery_count))
+
+    monkeypatch.setitem(publish_module._in_process_handlers, "rss.cluster", handler)
+    assert await publish_rss_message("rss.cluster", {"batchId": "c-1"}) == "dispatched"
+    assert seen[0][0]["batchId"] == "c-1" and verify_message(seen[0][0]) and seen[0][1] == 1
+    monkeypatch.delitem(publish_module._in_process_handlers, "rss.cluster")
+    assert await publish_rss_message("rss.cluster", {"batchId": "c-2"}) == "dropped"
+    assert (
+        "[queues:rss.cluster] no queue provisioned and no in-process handler; message dropped"
+        in capsys.readouterr().err
+    )
+
+
+async def test_an_unprovisioned_consumer_route_answers_204(db, set_env) -> None:
+    from tests.support.functions import client_for
+
+    set_env(VERCEL_OIDC_TOKEN=None, VERCEL_QUEUE_API_TOKEN=None)
+    async with client_for(INGEST) as client:
+        response = await client.post("/api/queues/rss/ingest", content=b"{}")
+    assert response.status_code == 204
