@@ -7,6 +7,8 @@ GET (cron), in the spec's fixed order:
 2. tenant ingestion (``ingest_all_tenant_scoped_feeds``);
 3. the alert sweep.
 
+When published, the body also carries the message's ``batchId``.
+
 POST (operator): step 1 and step 3 — the global catalog, never tenant scopes; its
 ``tenantIngestion`` is ``null``.
 """
@@ -29,10 +31,18 @@ ROUTE = "/api/admin/rss/refresh"
 
 async def _publish_or_refresh_inline() -> dict[str, Any]:
     pipeline_enabled = await is_feature_enabled("rssQueuePipeline")
-    published = pipeline_enabled and await publish_rss_aggregation_refresh()
+    batch_id = await publish_rss_aggregation_refresh() if pipeline_enabled else None
+    published = batch_id is not None
     if not published:
         await list_aggregated_stories(GLOBAL_SCOPE, force_refresh=True)
-    return {"published": published, "pipelineEnabled": pipeline_enabled, "inlineRefreshed": not published}
+    body: dict[str, Any] = {
+        "published": published,
+        "pipelineEnabled": pipeline_enabled,
+        "inlineRefreshed": not published,
+    }
+    if published:
+        body["batchId"] = batch_id  # an added field: lets an operator follow the batch to its consumer
+    return body
 
 
 async def run_scheduled_refresh() -> dict[str, Any]:

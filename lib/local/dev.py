@@ -8,7 +8,9 @@ Start-up, in order:
 2. Services: ``DATABASE_URL`` unset → embedded Postgres; no ``REDIS_URL`` and no Upstash
    variables → embedded Redis; ``--upstash`` puts the Upstash REST front (``upstash_rest``) in
    front of that Redis so the production client is the one in use. Migrations are applied.
-   (The embedded Vercel Queue service joins here, with the queue pipeline.)
+   Unless a real queue is configured (``VERCEL_OIDC_TOKEN`` / ``VERCEL_QUEUE_API_TOKEN``), the
+   SDK's embedded Vercel Queue service starts, and ``queue_bridge`` pushes its messages to the
+   consumer routes over HTTP (queue depths at ``/__dev/queues``).
 3. The router (``server.VercelRouter``) on ``PORT`` and the cron scheduler (``scheduler``),
    which fires ``vercel.json``'s crons on their schedules with the cron bearer.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -29,12 +32,15 @@ import sys
 from datetime import datetime
 
 import uvicorn
+from starlette.routing import Route
+from vercel.queue.devserver import EmbeddedQueueDevServer, embedded_queue_dev_server
 
 from lib.clock import iso_timestamp
 from lib.db.migrate import apply_migrations
 from lib.jobs.schedule import CronEntry, load_crons
 from lib.local.dev_keys import ensure_dev_key_pair
 from lib.local.paths import PROJECT_ROOT, data_dir, dev_key_dir, session_file
+from lib.local.queue_bridge import PushBridge, queue_triggers
 from lib.local.scheduler import CronScheduler, SimulatedClock, invoke_cron, system_clock
 from lib.local.server import VercelRouter
 from lib.local.services import (
@@ -87,9 +93,13 @@ def prepare_services(use_upstash: bool, started: list[EmbeddedPostgres | Embedde
     return upstash_port
 
 
-async def serve(host: str, port: int, clock_start: datetime | None, upstash_port: int | None) -> None:
-    router = VercelRouter(PROJECT_ROOT)
+async def serve(
+    host: str, port: int, clock_start: datetime | None, upstash_port: int | None, queue: EmbeddedQueueDevServer | None
+) -> None:
     base_url = f"http://{host}:{port}"
+    bridge = PushBridge(queue, base_url, queue_triggers(PROJECT_ROOT), _say) if queue else None
+    dev_routes = {"/__dev/queues": Route("/__dev/queues", bridge.depths_endpoint)} if bridge else {}
+    router = VercelRouter(PROJECT_ROOT, dev_routes)
     servers = [uvicorn.Server(uvicorn.Config(router, host=host, port=port, log_level="warning"))]
     if upstash_port is not None:
         from lib.local.upstash_rest import upstash_rest_app
@@ -111,7 +121,12 @@ async def serve(host: str, port: int, clock_start: datetime | None, upstash_port
     clock = SimulatedClock(clock_start) if clock_start else system_clock
     scheduler = CronScheduler(crons, fire, clock)
 
-    session = {"url": base_url, "cronSecret": cron_secret, "databaseUrl": os.environ["DATABASE_URL"]}
+    session = {
+        "url": base_url,
+        "cronSecret": cron_secret,
+        "databaseUrl": os.environ["DATABASE_URL"],
+        "queueSigningSecretSet": bool(os.environ.get("ERMIS_QUEUE_SIGNING_SECRET")),
+    }
     session_file().write_text(json.dumps(session))
     session_file().chmod(0o600)
     _say(f"serving {base_url}")
@@ -123,12 +138,16 @@ async def serve(host: str, port: int, clock_start: datetime | None, upstash_port
         _say(f"  cron clock starts at {iso_timestamp(clock_start)}")
 
     stop = asyncio.Event()
-    scheduler_task = asyncio.create_task(scheduler.run(stop))
+    background = [asyncio.create_task(scheduler.run(stop))]
+    if bridge:
+        routes = ", ".join(bridge.triggers.values())
+        _say(f"  queue: embedded Vercel Queue service at {queue.base_url}, pushing to {routes}")
+        background.append(asyncio.create_task(bridge.run(stop)))
     try:
         await asyncio.gather(*(server.serve() for server in servers))
     finally:
         stop.set()
-        await scheduler_task
+        await asyncio.gather(*background)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,7 +171,18 @@ def main(argv: list[str] | None = None) -> int:
         _say("ErmisAI functions, local runtime")
         prepare_secrets()
         upstash_port = prepare_services(args.upstash, started)
-        asyncio.run(serve(args.host, args.port, args.cron_clock_start, upstash_port))
+        with contextlib.ExitStack() as stack:
+            queue = (
+                stack.enter_context(embedded_queue_dev_server(manual_clock=False)) if _use_embedded_queue() else None
+            )
+            if queue is not None:
+                os.environ.update(
+                    VERCEL_QUEUE_BASE_URL=queue.base_url,
+                    VERCEL_QUEUE_API_TOKEN=EMBEDDED_QUEUE_TOKEN,
+                    VERCEL_REGION=os.environ.get("VERCEL_REGION") or "iad1",
+                )
+                get_settings.cache_clear()
+            asyncio.run(serve(args.host, args.port, args.cron_clock_start, upstash_port, queue))
     except ServiceStartError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -162,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         for service in reversed(started):
             service.stop()
     return 0
+
+
+EMBEDDED_QUEUE_TOKEN = "local-token"  # noqa: S105 - what the SDK's embedded service accepts
+
+
+def _use_embedded_queue() -> bool:
+    return not (os.environ.get("VERCEL_OIDC_TOKEN") or os.environ.get("VERCEL_QUEUE_API_TOKEN"))
 
 
 def _interrupt(_signum: int, _frame: object) -> None:

@@ -3,7 +3,8 @@
 Each function file is imported once (by path: ``[storyId]`` is not a valid module name) and
 its ``app`` receives the request unchanged, full path included, with dynamic segments also in
 the query string — what the function sees on Vercel. Files in ``public/`` are served at the
-root like Vercel's static output. Anything else is a 404 JSON.
+root like Vercel's static output; ``/__dev/...`` routes are the local runtime's own (queue
+depths). Anything else is a 404 JSON.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ def load_function_app(project_root: Path, route: FunctionRoute) -> ASGIApp:
 class VercelRouter:
     """One ASGI app in front of every function, with Vercel's file routing."""
 
-    def __init__(self, project_root: Path) -> None:
+    def __init__(self, project_root: Path, dev_routes: dict[str, ASGIApp] | None = None) -> None:
         self.project_root = project_root
+        self.dev_routes = dev_routes or {}
         self.public_dir = project_root / "public"
         self.routes = discover_routes(project_root)
         self.apps = {route.file: load_function_app(project_root, route) for route in self.routes}
@@ -57,6 +59,9 @@ class VercelRouter:
         if scope["type"] != "http":
             return
         path = scope["path"]
+        if path in self.dev_routes:
+            await self.dev_routes[path](scope, receive, send)
+            return
         found = resolve(self.routes, path)
         if found is not None:
             route, params = found

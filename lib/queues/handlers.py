@@ -12,10 +12,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from lib.clock import iso_timestamp
+from lib.db.state_store import set_state
 from lib.platform.aggregation.sources import GLOBAL_SCOPE
 from lib.platform.aggregation.stories import list_aggregated_stories
 from lib.platform.flags import is_feature_enabled
 from lib.queues.publish import RssHandler, RssMessageMetadata
+
+# The last batch the ingest consumer completed: how scripts/pipeline confirms a run.
+LAST_INGEST_RUN_KEY = "platform:queues:rss.ingest:last-run"
 
 
 async def handle_rss_ingest(message: dict[str, Any], metadata: RssMessageMetadata) -> None:
@@ -25,6 +30,7 @@ async def handle_rss_ingest(message: dict[str, Any], metadata: RssMessageMetadat
         return
     sys.stderr.write(f"[queues:{metadata.topic}] running aggregation refresh batch={batch}\n")
     await list_aggregated_stories(GLOBAL_SCOPE, force_refresh=True)
+    await set_state(LAST_INGEST_RUN_KEY, {"batchId": batch, "completedAt": iso_timestamp()})
 
 
 def not_implemented(topic: str) -> RssHandler:

@@ -66,13 +66,15 @@ async def publish_rss_message(topic: str, message: dict[str, Any]) -> PublishOut
     return "dispatched"
 
 
-async def publish_rss_aggregation_refresh() -> bool:
+async def publish_rss_aggregation_refresh() -> str | None:
     """One ``rss.ingest`` message per refresh: the whole catalog is one build (cross-source
-    clustering), so the stage is a single full-refresh trigger, not a fan-out."""
+    clustering), so the stage is a single full-refresh trigger, not a fan-out. Returns the
+    batch id, or ``None`` when the message was dropped."""
     message = {
         "batchId": str(uuid.uuid4()),
         "sourceId": "all-sources",
         "feedUrl": "",
         "requestedAt": iso_timestamp(),
     }
-    return await publish_rss_message(RSS_QUEUE_TOPICS["ingest"], message) != "dropped"
+    outcome = await publish_rss_message(RSS_QUEUE_TOPICS["ingest"], message)
+    return None if outcome == "dropped" else message["batchId"]

@@ -68,6 +68,7 @@ async def test_with_the_pipeline_on_the_tick_publishes_instead_of_refreshing_inl
     async with client_for(app) as client:
         body = (await client.get(PATH, headers=cron_headers())).json()
     assert (body["published"], body["pipelineEnabled"], body["inlineRefreshed"]) == (True, True, False)
+    assert body["batchId"]
     assert "[queues:rss.ingest] running aggregation refresh batch=" in capsys.readouterr().err
     assert feed_server.fetches["world"] == 1  # the consumer's build, shared with the tenants
 

@@ -203,6 +203,32 @@ def test_seeded_demo_shows_stories_on_the_first_tick(dev_server: DevServer) -> N
     assert ("org_demo_news",) in [tuple(row) for row in alerts]
 
 
+def test_pipeline_runbook_turns_the_queue_pipeline_on_end_to_end(dev_server: DevServer) -> None:
+    def pipeline(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(PROJECT_ROOT / "scripts/pipeline"), *args],
+            cwd=PROJECT_ROOT,
+            env=dev_server.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    status = pipeline("status")
+    assert status.returncode == 0, status.stderr
+    assert "rssQueuePipeline: off" in status.stdout and "rss-ingest-dlq: 0 message(s)" in status.stdout
+    enabled = pipeline("enable")
+    assert enabled.returncode == 0, enabled.stdout + enabled.stderr
+    batch = re.search(r"published: true batch=(\S+)", enabled.stdout).group(1)
+    assert f"[queues:rss.ingest] running aggregation refresh batch={batch}" in enabled.stdout
+    # A real push delivery over HTTP from the embedded queue service to the consumer route:
+    dev_server.wait_for(r"\[queue\] push rss-ingest delivery 1 -> /api/queues/rss/ingest 200", 30)
+    dev_server.wait_for(rf"\[queues:rss.ingest\] running aggregation refresh batch={batch}", 30)
+    assert "rssQueuePipeline: on" in pipeline("status").stdout
+    assert pipeline("disable").returncode == 0
+    assert "rssQueuePipeline: off" in pipeline("status").stdout
+
+
 def test_a_taken_port_is_one_clear_line(dev_server: DevServer) -> None:
     result = subprocess.run(
         [str(PROJECT_ROOT / "scripts/dev")],

@@ -49,8 +49,9 @@ def test_idempotency_key_has_the_spec_form() -> None:
 
 
 async def test_the_refresh_publishes_one_signed_all_sources_message(db, queue: EmbeddedQueue) -> None:
-    assert await publish_rss_aggregation_refresh() is True
+    batch_id = await publish_rss_aggregation_refresh()
     [message] = queue.payloads("rss-ingest")
+    assert message["batchId"] == batch_id
     assert (message["sourceId"], message["feedUrl"]) == ("all-sources", "")
     assert message["batchId"] and verify_message(message)
     assert queue.messages("rss-ingest")[0].idempotency_key.startswith(f"rss.ingest:{message['batchId']}:")
