@@ -5,7 +5,7 @@
 - unknown path → 404 JSON, method not served → 405 JSON with ``Allow``;
 - any exception that escapes a handler → reported once, typed 500 JSON (never a traceback);
   an exception after a streaming response started is reported and the stream closed;
-- ``run_after_response`` works inside every request.
+- ``run_after_response`` and the invocation memo work inside every request.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from lib.http.errors import error_response, internal_error_response
 from lib.observability import log_server_error
 from lib.runtime.after_response import AfterResponseMiddleware
+from lib.runtime.invocation import InvocationMemoMiddleware
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -69,6 +70,10 @@ class TypedServerErrorMiddleware:
 def function_app(*routes: BaseRoute) -> Starlette:
     return Starlette(
         routes=list(routes),
-        middleware=[Middleware(AfterResponseMiddleware), Middleware(TypedServerErrorMiddleware)],
+        middleware=[
+            Middleware(InvocationMemoMiddleware),
+            Middleware(AfterResponseMiddleware),
+            Middleware(TypedServerErrorMiddleware),
+        ],
         exception_handlers={404: _http_error, 405: _http_error},
     )

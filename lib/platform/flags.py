@@ -2,7 +2,9 @@
 
 Each flag has a default; an operator can set a global value and per-tenant overrides
 (``feature_flag_values``: ``tenant_scope_id = ''`` is the global row). A tenant's value is its
-override, else the global value, else the default. Reads are one query for all flags.
+override, else the global value, else the default. Reads are one query for all flags, made
+once per invocation (``lib.runtime.invocation``): a flag flipped mid-request takes effect on
+the next one.
 ``set_feature_flag`` / ``clear_feature_flag`` are what ``PUT /api/admin/flags`` calls.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lib.db.pool import connection
+from lib.runtime.invocation import invocation_memo
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,12 @@ FLAG_DEFINITIONS: dict[str, FlagDefinition] = {
 
 
 async def resolve_feature_flags(tenant_scope_id: str | None = None) -> dict[str, bool]:
-    """Every flag's value for the tenant (or the global values), in one query."""
+    """Every flag's value for the tenant (or the global values), in one query, read once per
+    invocation."""
+    memo = invocation_memo()
+    memo_key = ("feature-flags", tenant_scope_id or "")
+    if memo is not None and memo_key in memo:
+        return dict(memo[memo_key])
     values = {key: flag.default for key, flag in FLAG_DEFINITIONS.items()}
     async with connection() as conn:
         cursor = await conn.execute(
@@ -71,6 +79,8 @@ async def resolve_feature_flags(tenant_scope_id: str | None = None) -> dict[str,
         for row in await cursor.fetchall():
             if row["flag_key"] in values:
                 values[row["flag_key"]] = row["enabled"]
+    if memo is not None:
+        memo[memo_key] = dict(values)
     return values
 
 

@@ -99,3 +99,17 @@ async def test_flags_the_bundle_reads_take_effect(db, set_env) -> None:
     await set_feature_flag("aiUsageMetering", False)
     set_env(POLAR_ACCESS_TOKEN="token")
     assert (await flush_ai_metering_outbox())["reason"] == "metering_disabled"
+
+
+async def test_flags_are_read_once_per_invocation(db) -> None:
+    from lib.platform.flags import resolve_feature_flags
+    from lib.runtime.invocation import _memo
+
+    token = _memo.set({})  # what InvocationMemoMiddleware does for each request
+    try:
+        first = await resolve_feature_flags("org_a")
+        await set_feature_flag("rssQueuePipeline", True)
+        assert await resolve_feature_flags("org_a") == first  # same invocation: the memo answers
+    finally:
+        _memo.reset(token)
+    assert (await resolve_feature_flags("org_a"))["rssQueuePipeline"] is True  # a new invocation reads again

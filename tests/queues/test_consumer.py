@@ -93,8 +93,13 @@ async def test_a_handler_that_always_fails_ends_on_the_dlq_once(
     failures_left["count"] = 99
     await publish_rss_message(TOPIC, {"batchId": "b4"})
     for delivery in range(1, 4):
-        await queue.push(WIRE, app, PATH)
-        queue.advance(retry_delay_seconds(delivery))
+        [response] = await queue.push(WIRE, app, PATH)
+        assert response.status_code == 200
+        if delivery < 3:
+            # The spec's backoff: invisible until min(300, 2 ** delivery_count) seconds have passed.
+            queue.advance(retry_delay_seconds(delivery) - 0.5)
+            assert await queue.push(WIRE, app, PATH) == []
+            queue.advance(0.5)
     assert [count for _, count in calls] == [1, 2, 3]
     assert queue.messages(WIRE)[0].acknowledged
     [dead] = queue.payloads(dlq_topic(TOPIC))
