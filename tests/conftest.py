@@ -42,6 +42,7 @@ TABLES = (
     "delivery_logs",
     "newsroom_profiles",
     "feature_flag_values",
+    "queue_dead_letters",
 )
 
 _given_database_url = os.environ.pop("DATABASE_URL", None)

@@ -13,7 +13,8 @@ leases the message and calls the subscriber registered here for the topic. The s
 3. runs the handler; an error is logged, and the message retried after
    ``min(300, 2 ** delivery_count)`` seconds (``RetryAfter``) — or, on the last of
    ``max_attempts`` deliveries, mirrored to ``<topic>-dlq`` (the send awaited, so the record
-   cannot die with the instance) and then acknowledged.
+   cannot die with the instance), recorded in ``queue_dead_letters`` for the operators'
+   queue view, and then acknowledged.
 
 The handler is also registered in-process, so local development without a queue runs the
 same body (signature and batch checks included). When the queue is not provisioned, a push
@@ -34,6 +35,7 @@ from lib.http.errors import error_response
 from lib.http.routing import Handler
 from lib.observability import describe_error, log_server_error
 from lib.queues.client import is_queues_provisioned, queue_client
+from lib.queues.dead_letters import record_dead_letter
 from lib.queues.publish import RssHandler, RssMessageMetadata, register_rss_in_process_handler
 from lib.queues.signing import verify_message
 from lib.queues.topics import dlq_topic, wire_topic
@@ -109,16 +111,15 @@ class _Consumer:
             )
             if metadata.delivery_count < self.options.max_attempts:
                 raise RetryAfter(retry_delay_seconds(metadata.delivery_count)) from error
-            await queue_client().send(
-                dlq_topic(self.topic),
-                {
-                    "originalMessageId": metadata.message_id,
-                    "originalTopic": self.topic,
-                    "deliveryCount": metadata.delivery_count,
-                    "failedAt": iso_timestamp(),
-                    "errorMessage": describe_error(error)[:DLQ_ERROR_MESSAGE_CHARS],
-                },
-            )
+            dead_letter = {
+                "originalMessageId": metadata.message_id,
+                "originalTopic": self.topic,
+                "deliveryCount": metadata.delivery_count,
+                "failedAt": iso_timestamp(),
+                "errorMessage": describe_error(error)[:DLQ_ERROR_MESSAGE_CHARS],
+            }
+            await queue_client().send(dlq_topic(self.topic), dead_letter)
+            await record_dead_letter(dead_letter, message.payload)
 
 
 _consumers: dict[str, _Consumer] = {}

@@ -98,6 +98,32 @@ async def test_a_reserved_stage_fails_loudly_and_ends_on_its_dlq(
     assert len(errors) == 5
 
 
+async def test_the_queue_view_shows_dead_letters_and_the_other_backlogs(db, queue: EmbeddedQueue, mint_token) -> None:
+    from lib.platform.ai_ledger_retry import enqueue_ai_ledger_retry
+    from tests.support.auth import session_headers
+    from tests.support.functions import client_for
+
+    await publish_rss_message("rss.enrich", {"batchId": "e-2"})
+    for delivery in range(1, 6):
+        await queue.push("rss-enrich", ENRICH, "/api/queues/rss/enrich")
+        queue.advance(retry_delay_seconds(delivery))
+    await enqueue_ai_ledger_retry({"id": "u-1"})
+    await db.execute("INSERT INTO ai_usage_metering_outbox (event, status, attempt_count) VALUES ('{}', 'failed', 5)")
+    view = load_api_app("api/admin/queues.py")
+    async with client_for(view) as client:
+        assert (
+            await client.get("/api/admin/queues", headers=session_headers(mint_token(platform_role="billing")))
+        ).status_code == 403
+        body = (await client.get("/api/admin/queues", headers=session_headers(mint_token(platform_role="ops")))).json()
+    topics = {topic["topic"]: topic for topic in body["pipeline"]["topics"]}
+    assert topics["rss.enrich"]["deadLetters"] == 1 and topics["rss.ingest"]["deadLetters"] == 0
+    assert topics["rss.enrich"]["deadLetterTopic"] == "rss-enrich-dlq"
+    [latest] = body["pipeline"]["latestDeadLetters"]
+    assert "not implemented" in latest["errorMessage"] and latest["deliveryCount"] == 5
+    assert body["aiLedgerRetry"] == {"queued": 1, "processing": 0, "deadLettered": 0}
+    assert body["meteringOutbox"]["failed"] == 1 and body["meteringOutbox"]["exhausted"] == 1
+
+
 async def test_unprovisioned_publishing_dispatches_in_process_or_drops(
     db, set_env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
