@@ -108,15 +108,21 @@ def service_pids() -> set[int]:
     }
 
 
-def dev_token(server: DevServer, *args: str) -> str:
-    result = subprocess.run(
-        [str(PROJECT_ROOT / "scripts/dev-token"), *args],
+def run_script(server: DevServer, script: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run one of scripts/ the way a developer would, in the dev server's environment."""
+    return subprocess.run(
+        [str(PROJECT_ROOT / "scripts" / script), *args],
         cwd=PROJECT_ROOT,
         env=server.env,
         capture_output=True,
         text=True,
-        check=True,
+        timeout=timeout,
     )
+
+
+def dev_token(server: DevServer, *args: str) -> str:
+    result = run_script(server, "dev-token", *args)
+    assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
 
@@ -162,34 +168,17 @@ def test_gates_answer_as_the_contract_says(dev_server: DevServer) -> None:
 
 
 def test_scripts_cron_fires_one_cron_now(dev_server: DevServer) -> None:
-    result = subprocess.run(
-        [str(PROJECT_ROOT / "scripts/cron"), "state-cleanup"],
-        cwd=PROJECT_ROOT,
-        env=dev_server.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_script(dev_server, "cron", "state-cleanup")
     assert result.returncode == 0, result.stderr
     assert "state-cleanup GET /api/admin/state/cleanup -> 200" in result.stdout
     assert '"deletedHashRecords"' in result.stdout
 
 
 def test_seeded_demo_shows_stories_on_the_first_tick(dev_server: DevServer) -> None:
-    def run(*command: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(PROJECT_ROOT / command[0]), *command[1:]],
-            cwd=PROJECT_ROOT,
-            env=dev_server.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-    seeded = run("scripts/seed")
+    seeded = run_script(dev_server, "seed")
     assert seeded.returncode == 0, seeded.stderr
     assert "scripts/dev-token --sub user_demo_owner" in seeded.stdout
-    tick = run("scripts/cron", "rss-refresh")
+    tick = run_script(dev_server, "cron", "rss-refresh")
     assert tick.returncode == 0, tick.stdout + tick.stderr
     body = json.loads(tick.stdout.splitlines()[-1])
     assert body["tenantIngestion"]["refreshed"] == 3 and body["tenantIngestion"]["failed"] == 0
@@ -205,14 +194,7 @@ def test_seeded_demo_shows_stories_on_the_first_tick(dev_server: DevServer) -> N
 
 def test_pipeline_runbook_turns_the_queue_pipeline_on_end_to_end(dev_server: DevServer) -> None:
     def pipeline(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(PROJECT_ROOT / "scripts/pipeline"), *args],
-            cwd=PROJECT_ROOT,
-            env=dev_server.env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        return run_script(dev_server, "pipeline", *args)
 
     status = pipeline("status")
     assert status.returncode == 0, status.stderr
@@ -230,14 +212,7 @@ def test_pipeline_runbook_turns_the_queue_pipeline_on_end_to_end(dev_server: Dev
 
 
 def test_a_taken_port_is_one_clear_line(dev_server: DevServer) -> None:
-    result = subprocess.run(
-        [str(PROJECT_ROOT / "scripts/dev")],
-        cwd=PROJECT_ROOT,
-        env=dev_server.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_script(dev_server, "dev", timeout=60)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert re.fullmatch(r"error: port \d+ on 127\.0\.0\.1 is already in use; .*\n", result.stderr)
