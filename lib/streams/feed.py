@@ -1,0 +1,74 @@
+"""``/api/feed/events`` (spec: the feed stream) and its fallback ``/api/feed``.
+
+One event, ``feed.changed``, with the watermark that moved — ``{latestUpdatedAt, draftCount}``
+from the single aggregate over the session tenant's drafts — emitted when either field
+differs from what this connection last sent, silent otherwise. Reads are coalesced per tenant
+for ``WATERMARK_SHARE_WINDOW_MS`` (just under the 4 s poll). No tenant scope: 204 (nothing to
+watch; ``EventSource`` stops for good). A failed read skips the tick; the stream goes on.
+Self-closes after 240 s; the browser reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from sse_starlette import ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from lib.auth.gates import require_session
+from lib.observability import log_server_error
+from lib.platform.editorial import list_tenant_drafts, read_draft_feed_watermark
+from lib.streams.shared_reads import SharedReads
+from lib.streams.sse import RETRY_MS, event_stream, sse_frame, stream_timing
+
+FEED_POLL_INTERVAL_MS = 4000
+FEED_MAX_DURATION_S = 240
+WATERMARK_SHARE_WINDOW_MS = 3500  # = StreamTiming.share_window_s at the default 4 s poll
+
+shared_watermarks = SharedReads()
+
+
+async def feed_frames(tenant_scope_id: str) -> AsyncIterator[ServerSentEvent]:
+    timing = stream_timing(FEED_POLL_INTERVAL_MS, FEED_MAX_DURATION_S)
+    started = time.monotonic()
+    last: dict | None = None
+    sequence = 0
+    while time.monotonic() - started < timing.max_duration_s:
+        try:
+            watermark = await shared_watermarks.read(
+                tenant_scope_id, lambda: read_draft_feed_watermark(tenant_scope_id), timing.share_window_s
+            )
+        except Exception as error:  # noqa: BLE001 - a failed tick is skipped, not fatal
+            log_server_error("/api/feed/events", error, tenant=tenant_scope_id)
+            watermark = None
+        if watermark is not None and watermark != last:
+            sequence += 1
+            frame = sse_frame(
+                "feed.changed",
+                watermark,
+                f"{watermark['latestUpdatedAt']}|{watermark['draftCount']}",
+                retry=RETRY_MS if sequence == 1 else None,
+            )
+            if frame is not None:
+                yield frame
+            last = watermark
+        await asyncio.sleep(timing.poll_interval_s)
+
+
+async def feed_events(request: Request) -> Response:
+    session = require_session(request)
+    if session.tenant_scope_id is None:
+        return Response(status_code=204)
+    return event_stream(feed_frames(session.tenant_scope_id))
+
+
+async def feed_drafts(request: Request) -> Response:
+    session = require_session(request)
+    if session.tenant_scope_id is None:
+        return JSONResponse({"drafts": [], "watermark": None})
+    tenant = session.tenant_scope_id
+    drafts, watermark = await asyncio.gather(list_tenant_drafts(tenant), read_draft_feed_watermark(tenant))
+    return JSONResponse({"drafts": drafts, "watermark": watermark})

@@ -1,0 +1,66 @@
+"""SSE plumbing (spec: "The three endpoints").
+
+Every stream answers with exactly the spec's four headers — ``Content-Type:
+text/event-stream; charset=utf-8``, ``Cache-Control: no-cache, no-transform``, ``Connection:
+keep-alive``, ``X-Accel-Buffering: no`` (the anti-buffering pair keeps proxies from holding
+frames) — through ``sse-starlette`` (disconnect detection, ``: ping`` keep-alive comments).
+
+``sse_frame`` is the only way a frame is made, and data cannot break it: the event name must
+match ``EVENT_NAME``, the data is JSON on one line (JSON escapes every ``\\r``/``\\n``), the id
+has line breaks and NULs removed, and data that cannot be encoded (a lone surrogate) gives
+``None`` — the caller drops that frame and the stream goes on. Every frame has an ``id:``;
+the first also carries ``retry:`` so browsers reconnect after ``RETRY_MS``.
+
+Timing: each stream has its spec interval and self-close; ``ERMIS_SSE_POLL_INTERVAL_MS`` and
+``ERMIS_SSE_MAX_DURATION_S`` override them all (tests, tuning).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from lib.settings import get_settings
+
+SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
+EVENT_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+RETRY_MS = 3000
+PING_SECONDS = 15
+_ID_UNSAFE = re.compile(r"[\r\n\x00]")
+
+
+@dataclass(frozen=True)
+class StreamTiming:
+    poll_interval_s: float
+    max_duration_s: float
+
+    @property
+    def share_window_s(self) -> float:
+        """How long a read is shared: 7/8 of the poll interval (the spec's 3.5 s under 4 s)."""
+        return self.poll_interval_s * 0.875
+
+
+def stream_timing(default_poll_ms: int, default_max_s: float) -> StreamTiming:
+    settings = get_settings()
+    poll_ms = settings.ermis_sse_poll_interval_ms or default_poll_ms
+    return StreamTiming(poll_ms / 1000, settings.ermis_sse_max_duration_s or default_max_s)
+
+
+def sse_frame(event: str, data: Any, event_id: str, retry: int | None = None) -> ServerSentEvent | None:
+    if not EVENT_NAME.match(event):
+        raise ValueError(f"invalid SSE event name {event!r}")
+    try:
+        payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+        payload.encode()
+    except (TypeError, ValueError):
+        return None
+    return ServerSentEvent(data=payload, event=event, id=_ID_UNSAFE.sub("", event_id), retry=retry)
+
+
+def event_stream(frames: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+    return EventSourceResponse(frames, headers=SSE_HEADERS, ping=PING_SECONDS)

@@ -1,0 +1,107 @@
+"""``/api/stories/<storyId>/events`` (spec: the story stream; ``maxDuration`` 300) and its
+fallback ``/api/stories/<storyId>``. Gated by ``canEditStories``.
+
+Connect: the story must be visible to the caller (its tenant, or any tenant for the
+``super_admin`` bypass) — otherwise 404, which the client takes as "stop polling for good".
+Then a ``story.phase`` snapshot ``{storyId, phase, status, updatedAt}``, and a new
+``story.phase`` whenever phase or status changes. ``STREAM_MISS_LIMIT`` (3) consecutive
+lookups that find nothing close the stream (a story deleted or moved away stops the loop).
+Ticks never overlap: the loop awaits each lookup before sleeping (the spec's
+``pollInFlight`` guard, by construction). Lookups are coalesced per (tenant, story).
+Self-closes at 290 s, under the 300 s function cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sse_starlette import ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from lib.auth.gates import require_session
+from lib.auth.roles import can_review_all_tenants
+from lib.auth.sessions import Session
+from lib.http.errors import ApiError
+from lib.observability import log_server_error
+from lib.platform.editorial import find_story_draft
+from lib.streams.shared_reads import SharedReads
+from lib.streams.sse import RETRY_MS, event_stream, sse_frame, stream_timing
+
+STORY_POLL_INTERVAL_MS = 5000
+STORY_MAX_DURATION_S = 290
+STREAM_MISS_LIMIT = 3
+
+shared_story_reads = SharedReads()
+
+
+def _scope(session: Session) -> str | None:
+    """The tenant to look in; ``None`` lets the platform bypass see every tenant."""
+    return None if can_review_all_tenants(session.platform_role) else session.tenant_scope_id or ""
+
+
+async def _lookup(story_id: str, scope: str | None, window_s: float) -> dict[str, Any] | None:
+    return await shared_story_reads.read((scope, story_id), lambda: find_story_draft(story_id, scope), window_s)
+
+
+def _phase(draft: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "storyId": draft["storyId"],
+        "phase": draft["phase"],
+        "status": draft["status"],
+        "updatedAt": draft["updatedAt"],
+    }
+
+
+def _frame(phase: dict[str, Any], retry: int | None = None) -> ServerSentEvent | None:
+    return sse_frame("story.phase", phase, f"{phase['updatedAt']}|{phase['phase']}|{phase['status']}", retry=retry)
+
+
+async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) -> AsyncIterator[ServerSentEvent]:
+    timing = stream_timing(STORY_POLL_INTERVAL_MS, STORY_MAX_DURATION_S)
+    started = time.monotonic()
+    last = _phase(first)
+    if (frame := _frame(last, RETRY_MS)) is not None:
+        yield frame
+    misses = 0
+    while time.monotonic() - started < timing.max_duration_s:
+        await asyncio.sleep(timing.poll_interval_s)
+        try:
+            draft = await _lookup(story_id, scope, timing.share_window_s)
+        except Exception as error:  # noqa: BLE001 - a failed tick is skipped, not fatal
+            log_server_error("/api/stories/events", error, storyId=story_id)
+            continue
+        if draft is None:
+            misses += 1
+            if misses >= STREAM_MISS_LIMIT:
+                return
+            continue
+        misses = 0
+        current = _phase(draft)
+        if (current["phase"], current["status"]) != (last["phase"], last["status"]):
+            last = current
+            if (frame := _frame(current)) is not None:
+                yield frame
+
+
+async def _visible_draft(request: Request) -> tuple[str, str | None, dict[str, Any]]:
+    session = require_session(request)
+    story_id = request.path_params["storyId"]
+    scope = _scope(session)
+    draft = await find_story_draft(story_id, scope)
+    if draft is None:
+        raise ApiError(404, "story_not_found", f"No story {story_id} in your newsroom.")
+    return story_id, scope, draft
+
+
+async def story_events(request: Request) -> Response:
+    story_id, scope, draft = await _visible_draft(request)
+    return event_stream(story_frames(story_id, scope, draft))
+
+
+async def story_detail(request: Request) -> Response:
+    _, _, draft = await _visible_draft(request)
+    return JSONResponse({"story": draft, "phase": _phase(draft)})

@@ -1,0 +1,152 @@
+"""The feed and story streams over a real socket: headers, frames, silence when nothing moved,
+204 without a tenant, the story's snapshot, changes, misses and 404; and their REST fallbacks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from lib.streams.feed import shared_watermarks
+from tests.support.auth import session_headers
+from tests.support.functions import client_for, load_api_app
+from tests.support.servers import serve_in_thread
+from tests.support.sse import capture_sse
+
+FEED_EVENTS = load_api_app("api/feed/events.py")
+STORY_EVENTS = load_api_app("api/stories/[storyId]/events.py")
+SPEC_HEADERS = {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache, no-transform",
+    "connection": "keep-alive",
+    "x-accel-buffering": "no",
+}
+
+
+@pytest.fixture
+def fast_streams(set_env) -> None:
+    set_env(ERMIS_SSE_POLL_INTERVAL_MS="100", ERMIS_SSE_MAX_DURATION_S="3")
+
+
+@pytest.fixture
+def feed_url(fast_streams) -> Iterator[str]:
+    with serve_in_thread(FEED_EVENTS) as url:
+        yield f"{url}/api/feed/events"
+
+
+@pytest.fixture
+def story_base(fast_streams) -> Iterator[str]:
+    with serve_in_thread(STORY_EVENTS) as url:
+        yield url
+
+
+async def add_draft(db, tenant: str, story: str, phase: str = "synthesized", status: str = "review") -> None:
+    await db.execute(
+        "INSERT INTO editorial_story_drafts (id, tenant_scope_id, story_id, headline, status, phase)"
+        " VALUES (%s, %s, %s, %s, %s, %s)",
+        (f"{tenant}:{story}", tenant, story, f"Headline {story}", status, phase),
+    )
+
+
+async def test_feed_stream_sends_the_watermark_when_it_moves(db, feed_url: str, mint_token: Callable[..., str]) -> None:
+    await add_draft(db, "org_a", "s1")
+    headers = session_headers(mint_token(org_id="org_a", org_role="org:member"))
+
+    async def write_later() -> None:
+        await asyncio.sleep(0.6)
+        await add_draft(db, "org_a", "s2")
+        await add_draft(db, "org_b", "s3")  # another tenant: never seen here
+
+    writer = asyncio.create_task(write_later())
+    capture = await capture_sse(feed_url, headers, seconds=2.0)
+    await writer
+    assert capture.status == 200
+    assert {key: capture.headers[key] for key in SPEC_HEADERS} == SPEC_HEADERS
+    changes = capture.events("feed.changed")
+    assert [change["draftCount"] for change in changes] == [1, 2]  # silent while nothing moved
+    assert all(frame.get("id") for frame in capture.frames)
+    assert capture.frames[0].get("retry") == "3000"
+
+
+async def test_feed_stream_without_a_tenant_is_204(db, feed_url: str, mint_token: Callable[..., str]) -> None:
+    capture = await capture_sse(feed_url, session_headers(mint_token(platform_role="ops")), seconds=2.0)
+    assert capture.status == 204 and capture.frames == []
+
+
+async def test_feed_stream_self_closes(db, feed_url: str, mint_token: Callable[..., str], set_env) -> None:
+    set_env(ERMIS_SSE_MAX_DURATION_S="0.5")
+    capture = await capture_sse(feed_url, session_headers(mint_token(org_id="org_a")), seconds=5.0)
+    assert capture.closed_by_server
+
+
+async def test_watermark_reads_are_coalesced_per_tenant(db) -> None:
+    calls: list[str] = []
+
+    async def loader() -> dict:
+        calls.append("read")
+        await asyncio.sleep(0.05)
+        return {"latestUpdatedAt": None, "draftCount": 0}
+
+    results = await asyncio.gather(*(shared_watermarks.read("org_x", loader, 3.5) for _ in range(50)))
+    assert len(calls) == 1 and len(results) == 50
+
+    async def failing() -> dict:
+        calls.append("fail")
+        raise RuntimeError("db down")
+
+    with pytest.raises(RuntimeError):
+        await shared_watermarks.read("org_y", failing, 3.5)
+    with pytest.raises(RuntimeError):
+        await shared_watermarks.read("org_y", failing, 3.5)  # a rejected read is not shared for a window
+    assert calls.count("fail") == 2
+
+
+async def test_story_stream_snapshot_then_changes_then_misses_close_it(
+    db, story_base: str, mint_token: Callable[..., str]
+) -> None:
+    await add_draft(db, "org_a", "s1")
+    headers = session_headers(mint_token(org_id="org_a", org_role="org:member"))
+
+    async def change_then_delete() -> None:
+        await asyncio.sleep(0.5)
+        await db.execute(
+            "UPDATE editorial_story_drafts SET status = 'published', updated_at = now() WHERE story_id = 's1'"
+        )
+        await asyncio.sleep(0.5)
+        await db.execute("DELETE FROM editorial_story_drafts WHERE story_id = 's1'")
+
+    writer = asyncio.create_task(change_then_delete())
+    capture = await capture_sse(f"{story_base}/api/stories/s1/events", headers, seconds=5.0)
+    await writer
+    phases = capture.events("story.phase")
+    assert [(phase["storyId"], phase["status"]) for phase in phases] == [("s1", "review"), ("s1", "published")]
+    assert set(phases[0]) == {"storyId", "phase", "status", "updatedAt"}
+    assert capture.closed_by_server  # three misses after the delete
+
+
+async def test_story_stream_refuses_other_tenants_and_unknown_stories(
+    db, story_base: str, mint_token: Callable[..., str]
+) -> None:
+    await add_draft(db, "org_a", "s1")
+    other = session_headers(mint_token(org_id="org_b", org_role="org:owner"))
+    assert (await capture_sse(f"{story_base}/api/stories/s1/events", other, seconds=2)).status == 404
+    reader = session_headers(mint_token(org_id="org_a"))  # no org role: no canEditStories
+    assert (await capture_sse(f"{story_base}/api/stories/s1/events", reader, seconds=2)).status == 403
+    admin = session_headers(mint_token(platform_role="super_admin"))
+    capture = await capture_sse(f"{story_base}/api/stories/s1/events", admin, seconds=2, stop_after=1)
+    assert capture.events("story.phase")[0]["storyId"] == "s1"
+
+
+async def test_rest_fallbacks(db, mint_token: Callable[..., str]) -> None:
+    await add_draft(db, "org_a", "s1")
+    await add_draft(db, "org_b", "s2")
+    member = session_headers(mint_token(org_id="org_a", org_role="org:member"))
+    async with client_for(load_api_app("api/feed/index.py")) as client:
+        body = (await client.get("/api/feed", headers=member)).json()
+        assert [draft["storyId"] for draft in body["drafts"]] == ["s1"] and body["watermark"]["draftCount"] == 1
+        assert (await client.get("/api/feed")).status_code == 401
+    async with client_for(load_api_app("api/stories/[storyId]/index.py")) as client:
+        story = (await client.get("/api/stories/s1", headers=member)).json()
+        assert story["phase"]["status"] == "review"
+        assert (await client.get("/api/stories/s2", headers=member)).status_code == 404
