@@ -6,7 +6,8 @@ keep-alive``, ``X-Accel-Buffering: no`` (the anti-buffering pair keeps proxies f
 frames) — through ``sse-starlette`` (disconnect detection, ``: ping`` keep-alive comments).
 
 ``sse_frame`` is the only way a frame is made, and data cannot break it: the event name must
-match ``EVENT_NAME``, the data is JSON on one line (JSON escapes every ``\\r``/``\\n``), the id
+match ``EVENT_NAME``, the data is JSON on one line (JSON escapes every ``\\r``/``\\n``; U+2028 and
+U+2029 are escaped too, for line readers that split on them), the id
 has line breaks and NULs removed, and data that cannot be encoded (a lone surrogate) gives
 ``None`` — the caller drops that frame and the stream goes on. Every frame has an ``id:``;
 the first also carries ``retry:`` so browsers reconnect after ``RETRY_MS``.
@@ -56,6 +57,8 @@ def sse_frame(event: str, data: Any, event_id: str, retry: int | None = None) ->
         raise ValueError(f"invalid SSE event name {event!r}")
     try:
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+        # Some line readers also break at U+2028/U+2029; escaped, the JSON means the same.
+        payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
         payload.encode()
     except (TypeError, ValueError):
         return None

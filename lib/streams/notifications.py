@@ -1,0 +1,258 @@
+"""``/api/notifications/events`` (spec: the notification stream) and its REST fallback
+``/api/notifications``.
+
+One connection carries ``alert.triggered``, ``review.status.changed``, ``delivery.failed`` and
+``notification.created``. What a connection may see (its *audience*) is decided server-side
+from the session, on connect and on every tick:
+
+- alerts and failed deliveries: the session's tenant (normalised; none without a tenant);
+- review events: the own tenant for a tenant reviewer (owner, admin), every tenant for the
+  platform reviewer (``super_admin``), and for anyone else the read is never issued;
+- notifications: the user's own.
+
+On a fresh connect the 20 most recent alerts, review events and failed deliveries are replayed
+oldest first with ``initial: true``; notifications only seed the seen set. A reconnect that
+sends ``Last-Event-ID`` (every frame id is ``<time>|<kind>|<row id>``) gets no replay: rows up
+to that time count as seen, and only newer ones are sent — the spec's reconnect flood, closed.
+Each tick then sends whatever this connection has not seen, in time order. Every read is
+shared per audience key (tenant, review scope, user) for 7/8 of the poll interval. The
+``notificationsRestPolling`` flag answers 204 before any stream work; the stream self-closes
+at 240 s. A payload that does not match its contract is dropped, never sent half-formed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from sse_starlette import ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from lib.auth.gates import require_session
+from lib.auth.roles import can_review_all_tenants, capability_allows
+from lib.auth.sessions import Session
+from lib.clock import iso_timestamp
+from lib.contracts.stream_events import AlertTriggered, DeliveryFailed, NotificationCreated, ReviewStatusChanged
+from lib.observability import log_server_error
+from lib.platform import activity
+from lib.platform.flags import resolve_feature_flags
+from lib.streams.shared_reads import SharedReads
+from lib.streams.sse import RETRY_MS, event_stream, sse_frame, stream_timing
+
+NOTIFICATIONS_POLL_INTERVAL_MS = 5000
+NOTIFICATIONS_MAX_DURATION_S = 240
+REPLAY_LIMIT = 20
+READ_LIMIT = 50
+
+shared_activity_reads = SharedReads()
+
+
+@dataclass(frozen=True)
+class Audience:
+    user_id: str
+    tenant: str | None
+    review_scope: str | None  # a tenant, ALL_TENANTS, or None: no review events at all
+
+
+def audience_for(session: Session) -> Audience:
+    if can_review_all_tenants(session.platform_role):
+        review_scope: str | None = activity.ALL_TENANTS
+    elif capability_allows("canReviewTenant", session.org_role, session.platform_role):
+        review_scope = session.tenant_scope_id
+    else:
+        review_scope = None
+    return Audience(session.user_id, session.tenant_scope_id, review_scope)
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    row_id: str
+    at: datetime
+    payload: dict[str, Any]
+
+    @property
+    def event_id(self) -> str:
+        # Microseconds, as stored: a resume must not re-send the row it stopped at.
+        return f"{self.at.astimezone(UTC).isoformat(timespec='microseconds')}|{self.kind}|{self.row_id}"
+
+
+def _alert(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "ruleId": row["rule_id"],
+        "storyId": row["story_id"],
+        "title": row["title"] or "",
+        "severity": row["severity"],
+        "channel": row["channel"],
+        "deliveredAt": iso_timestamp(row["at"]),
+    }
+
+
+def _review(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "storyId": row["story_id"],
+        "headline": row["headline"] or "",
+        "action": row["action"],
+        "tenantScopeId": row["tenant_scope_id"],
+        "changedAt": iso_timestamp(row["at"]),
+    }
+
+
+def _delivery(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "deliveryId": row["delivery_id"],
+        "tenant": row["tenant_scope_id"],
+        "method": row["method"],
+        "responseCode": row["response_code"],
+        "endpoint": row["endpoint"] or "",
+        "createdAt": iso_timestamp(row["at"]),
+    }
+
+
+def _notification(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "title": row["title"] or "",
+        "body": row["body"] or "",
+        "type": row["type"],
+        "read": row["read"],
+        "createdAt": iso_timestamp(row["at"]),
+    }
+
+
+KINDS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], type[BaseModel]]] = {
+    "alert.triggered": (_alert, AlertTriggered),
+    "review.status.changed": (_review, ReviewStatusChanged),
+    "delivery.failed": (_delivery, DeliveryFailed),
+    "notification.created": (_notification, NotificationCreated),
+}
+REPLAYED_KINDS = ("alert.triggered", "review.status.changed", "delivery.failed")
+
+
+def to_events(kind: str, rows: list[dict[str, Any]], initial: bool) -> list[Event]:
+    shape, contract = KINDS[kind]
+    events = []
+    for row in rows:
+        try:
+            payload = contract.model_validate({**shape(row), "initial": initial}).model_dump()
+        except ValidationError as error:
+            log_server_error(
+                "/api/notifications/events",
+                f"dropped a {kind} row that breaks its contract",
+                row=row["id"],
+                problems=str(error.error_count()),
+            )
+            continue
+        events.append(Event(kind, str(row["id"]), row["at"], payload))
+    return events
+
+
+async def read_activity(audience: Audience, window_s: float) -> dict[str, list[dict[str, Any]]]:
+    def shared(key: tuple[str, str], load: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Awaitable[Any]:
+        return shared_activity_reads.read(key, load, window_s)
+
+    reads: dict[str, Awaitable[Any]] = {
+        "alert.triggered": shared(
+            ("alerts", audience.tenant or ""), lambda: activity.recent_alerts(audience.tenant, READ_LIMIT)
+        ),
+        "delivery.failed": shared(
+            ("deliveries", audience.tenant or ""),
+            lambda: activity.recent_failed_deliveries(audience.tenant, READ_LIMIT),
+        ),
+        "notification.created": shared(
+            ("notifications", audience.user_id), lambda: activity.recent_notifications(audience.user_id, READ_LIMIT)
+        ),
+    }
+    if audience.review_scope is not None:  # without a review capability the read is never issued
+        scope = audience.review_scope
+        reads["review.status.changed"] = shared(
+            ("reviews", scope), lambda: activity.recent_review_events(scope, READ_LIMIT)
+        )
+    results = await asyncio.gather(*reads.values())
+    return dict(zip(reads.keys(), results, strict=True))
+
+
+def _resume_time(last_event_id: str | None) -> datetime | None:
+    if not last_event_id:
+        return None
+    try:
+        resume = datetime.fromisoformat(last_event_id.split("|", 1)[0].replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return resume if resume.tzinfo else None
+
+
+def _frames(events: list[Event], first: bool) -> list[ServerSentEvent]:
+    frames = []
+    for event in sorted(events, key=lambda e: (e.at, e.kind, e.row_id)):
+        frame = sse_frame(event.kind, event.payload, event.event_id, retry=RETRY_MS if first and not frames else None)
+        if frame is not None:
+            frames.append(frame)
+    return frames
+
+
+async def notification_frames(audience: Audience, last_event_id: str | None) -> AsyncIterator[ServerSentEvent]:
+    timing = stream_timing(NOTIFICATIONS_POLL_INTERVAL_MS, NOTIFICATIONS_MAX_DURATION_S)
+    started = time.monotonic()
+    resume_from = _resume_time(last_event_id)
+    seen: set[tuple[str, str]] = set()
+    connected = False
+    while time.monotonic() - started < timing.max_duration_s:
+        try:
+            rows = await read_activity(audience, timing.share_window_s)
+        except Exception as error:  # noqa: BLE001 - a failed tick is skipped, not fatal
+            log_server_error("/api/notifications/events", error, user=audience.user_id)
+            rows = None
+        if rows is not None:
+            outgoing: list[Event] = []
+            if not connected:
+                for kind, kind_rows in rows.items():
+                    if resume_from is not None:
+                        seen |= {(kind, str(row["id"])) for row in kind_rows if row["at"] <= resume_from}
+                    elif kind in REPLAYED_KINDS:
+                        outgoing += to_events(kind, kind_rows[:REPLAY_LIMIT], initial=True)
+                        seen |= {(kind, str(row["id"])) for row in kind_rows}
+                    else:
+                        seen |= {(kind, str(row["id"])) for row in kind_rows}
+            for kind, kind_rows in rows.items():
+                fresh = [row for row in kind_rows if (kind, str(row["id"])) not in seen]
+                outgoing += to_events(kind, fresh, initial=False)
+                seen |= {(kind, str(row["id"])) for row in fresh}
+            for frame in _frames(outgoing, first=not connected):
+                yield frame
+            connected = True
+        await asyncio.sleep(timing.poll_interval_s)
+
+
+async def notification_events(request: Request) -> Response:
+    session = require_session(request)
+    if (await resolve_feature_flags(session.tenant_scope_id))["notificationsRestPolling"]:
+        return Response(status_code=204)  # EventSource does not reconnect after a 204: clients poll
+    return event_stream(notification_frames(audience_for(session), request.headers.get("last-event-id")))
+
+
+async def notifications_snapshot(request: Request) -> Response:
+    """What the polling fallback reads: the same items, with the same authorization."""
+    audience = audience_for(require_session(request))
+    rows = await read_activity(audience, 0)
+    items = {
+        kind: [event.payload for event in to_events(kind, kind_rows, initial=False)] for kind, kind_rows in rows.items()
+    }
+    return JSONResponse(
+        {
+            "notifications": items["notification.created"],
+            "unreadCount": await activity.unread_notification_count(audience.user_id),
+            "alerts": items["alert.triggered"],
+            "reviewEvents": items.get("review.status.changed", []),
+            "deliveryFailures": items["delivery.failed"],
+        }
+    )
