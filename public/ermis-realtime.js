@@ -1,0 +1,275 @@
+// ErmisAI realtime client: the three streams with their polling fallbacks, dependency-free.
+//
+// Every connection reports one of four statuses: 'connecting' | 'streaming' | 'polling' |
+// 'offline'. Unlike the system this replaces, a stream that errors shows 'polling' until it
+// is open again (a live badge over a dead stream helps nobody), replayed frames are coalesced
+// into one onRefresh, events are de-duplicated by id across reconnects, and the feed has a
+// polling fallback too.
+
+export const NOTIFICATION_EVENTS = ['alert.triggered', 'review.status.changed', 'delivery.failed', 'notification.created'];
+export const DEFAULT_FEATURE_FLAGS = Object.freeze({
+  rssQueuePipeline: false,
+  notificationsRestPolling: false,
+  instantAlerts: true,
+  alertWebhooks: true,
+  aiUsageMetering: true,
+});
+const NOTIFICATIONS_POLL_MS = 12000;
+const FEED_POLL_MS = 4000;
+const STORY_FALLBACK_POLL_MS = 8000;
+const REFRESH_COALESCE_MS = 250;
+const STOP_FOR_GOOD = new Set([401, 403, 404]);
+
+function parseJson(raw) {
+  try {
+    const value = JSON.parse(raw);
+    return value !== null && typeof value === 'object' ? value : null;
+  } catch {
+    return null;
+  }
+}
+
+// A poll timer that can be started and stopped many times, running `tick` now and then every `ms`.
+function poller(tick, ms) {
+  let timer = null;
+  return {
+    start() {
+      if (timer === null) {
+        tick();
+        timer = setInterval(tick, ms);
+      }
+    },
+    stop() {
+      if (timer !== null) {
+        clearInterval(timer);
+        timer = null;
+      }
+    },
+    get running() {
+      return timer !== null;
+    },
+  };
+}
+
+// Status bookkeeping shared by the three connections.
+function statusKeeper(onStatus) {
+  let current = null;
+  return {
+    set(next) {
+      if (next !== current) {
+        current = next;
+        if (onStatus) onStatus(next);
+      }
+    },
+    get value() {
+      return current;
+    },
+  };
+}
+
+export function connectNotificationStream(options = {}) {
+  const {
+    url = '/api/notifications/events',
+    events = NOTIFICATION_EVENTS,
+    restPolling = false,
+    enabled = true,
+    pollIntervalMs = NOTIFICATIONS_POLL_MS,
+    skipInitialReplay = false,
+    onEvent,
+    onRefresh,
+    onStatus,
+    EventSourceImpl = globalThis.EventSource,
+  } = options;
+  const status = statusKeeper(onStatus);
+  const seen = new Set();
+  let refreshTimer = null;
+  const refreshSoon = () => {
+    // One refresh per burst: a replay of 40 frames costs one re-fetch, not 40.
+    if (!onRefresh || refreshTimer !== null) return;
+    refreshTimer = setTimeout(() => {
+      refreshTimer = null;
+      onRefresh();
+    }, REFRESH_COALESCE_MS);
+  };
+  const polling = poller(() => onRefresh && onRefresh(), pollIntervalMs);
+  let source = null;
+
+  if (!enabled) {
+    status.set('offline');
+  } else if (restPolling || typeof EventSourceImpl !== 'function') {
+    status.set('polling');
+    polling.start();
+  } else {
+    status.set('connecting');
+    source = new EventSourceImpl(url, { withCredentials: true });
+    source.onopen = () => {
+      polling.stop();
+      status.set('streaming');
+    };
+    source.onerror = () => {
+      polling.start();
+      status.set('polling');
+    };
+    for (const name of events) {
+      source.addEventListener(name, (message) => {
+        const payload = parseJson(message.data);
+        if (!payload || typeof payload.id !== 'string') return;
+        const key = `${name}:${payload.id}`;
+        if (seen.has(key)) return;
+        seen.add(key);
+        if (payload.initial && skipInitialReplay) return;
+        if (onEvent) onEvent(name, payload);
+        refreshSoon();
+      });
+    }
+  }
+  return {
+    get status() {
+      return status.value;
+    },
+    close() {
+      polling.stop();
+      if (refreshTimer !== null) clearTimeout(refreshTimer);
+      if (source) source.close();
+      status.set('offline');
+    },
+  };
+}
+
+export function connectFeedStream(options = {}) {
+  const {
+    url = '/api/feed/events',
+    fallbackUrl = '/api/feed',
+    pollIntervalMs = FEED_POLL_MS,
+    onChange,
+    onStatus,
+    EventSourceImpl = globalThis.EventSource,
+  } = options;
+  const status = statusKeeper(onStatus);
+  let lastWatermark = null;
+  const moved = (watermark) => {
+    const key = JSON.stringify(watermark);
+    if (key === lastWatermark) return false;
+    lastWatermark = key;
+    return true;
+  };
+  const polling = poller(async () => {
+    try {
+      const response = await fetch(fallbackUrl, { credentials: 'same-origin' });
+      if (STOP_FOR_GOOD.has(response.status)) {
+        polling.stop();
+        status.set('offline');
+        return;
+      }
+      const body = response.ok ? await response.json() : null;
+      if (body && moved(body.watermark) && onChange) onChange('UPDATE', body.watermark);
+    } catch {
+      // Offline for now; the next tick tries again.
+    }
+  }, pollIntervalMs);
+  let source = null;
+  if (typeof EventSourceImpl !== 'function') {
+    status.set('polling');
+    polling.start();
+  } else {
+    status.set('connecting');
+    source = new EventSourceImpl(url, { withCredentials: true });
+    source.onopen = () => {
+      polling.stop();
+      status.set('streaming');
+    };
+    // A failed stream, or a 204 (no tenant scope: EventSource stops for good), falls back to polling.
+    source.onerror = () => {
+      polling.start();
+      status.set('polling');
+    };
+    source.addEventListener('feed.changed', (message) => {
+      const watermark = parseJson(message.data);
+      if (watermark && moved(watermark) && onChange) onChange('UPDATE', watermark);
+    });
+  }
+  return {
+    get status() {
+      return status.value;
+    },
+    close() {
+      polling.stop();
+      if (source) source.close();
+      status.set('offline');
+    },
+  };
+}
+
+export function connectStoryStream(storyId, options = {}) {
+  const {
+    fallbackPollMs = STORY_FALLBACK_POLL_MS,
+    onPhase,
+    onStatus,
+    EventSourceImpl = globalThis.EventSource,
+  } = options;
+  const base = `/api/stories/${encodeURIComponent(storyId)}`;
+  const status = statusKeeper(onStatus);
+  let lastPhase = null;
+  let source = null;
+  const deliver = (phase) => {
+    const key = phase ? `${phase.phase}|${phase.status}` : null;
+    if (phase && key !== lastPhase) {
+      lastPhase = key;
+      if (onPhase) onPhase(phase);
+    }
+  };
+  const polling = poller(async () => {
+    try {
+      const response = await fetch(base, { credentials: 'same-origin' });
+      if (STOP_FOR_GOOD.has(response.status)) {
+        // Gone, or not ours: stop for good, stream and poll alike.
+        polling.stop();
+        if (source) source.close();
+        status.set('offline');
+        return;
+      }
+      if (response.ok) deliver((await response.json()).phase);
+    } catch {
+      // Offline for now; the next tick tries again.
+    }
+  }, fallbackPollMs);
+  if (typeof EventSourceImpl !== 'function') {
+    status.set('polling');
+    polling.start();
+  } else {
+    status.set('connecting');
+    source = new EventSourceImpl(`${base}/events`, { withCredentials: true });
+    source.onopen = () => {
+      polling.stop();
+      status.set('streaming');
+    };
+    source.onerror = () => {
+      if (status.value === 'offline') return;
+      polling.start();
+      status.set('polling');
+    };
+    source.addEventListener('story.phase', (message) => deliver(parseJson(message.data)));
+  }
+  return {
+    get status() {
+      return status.value;
+    },
+    close() {
+      polling.stop();
+      if (source) source.close();
+      status.set('offline');
+    },
+  };
+}
+
+export async function loadTenantFeatureFlags(url = '/api/feature-flags') {
+  try {
+    const response = await fetch(url, { credentials: 'same-origin' });
+    if (!response.ok) return { ...DEFAULT_FEATURE_FLAGS };
+    const body = await response.json();
+    return { ...DEFAULT_FEATURE_FLAGS, ...(body && body.flags) };
+  } catch {
+    // As the spec's client does: keep the defaults when flags cannot be read.
+    return { ...DEFAULT_FEATURE_FLAGS };
+  }
+}

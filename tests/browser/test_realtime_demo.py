@@ -1,0 +1,132 @@
+"""public/ermis-realtime.js in a real browser (Debian's Chromium driven by Playwright) against
+scripts/dev: rows written to Postgres appear on the page, the REST-polling flag settles into
+polling, a dev server stopped mid-stream moves the badge to polling and back, the feed keeps
+updating with EventSource broken, and a missing story stops for good."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from lib.local.paths import PROJECT_ROOT
+from tests.support.devserver import DevServer, dev_token, running_dev_server
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+OUTPUT = PROJECT_ROOT / "test-output"
+STREAM_ENV = {"ERMIS_SSE_POLL_INTERVAL_MS": "300"}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    with running_dev_server(tmp_path_factory.mktemp("browser-dev"), **STREAM_ENV) as server:
+        yield server
+
+
+def open_demo(browser: Browser, server: DevServer, query: str = "", **claims: str) -> Page:
+    args = [item for key, value in claims.items() for item in (f"--{key.replace('_', '-')}", value)]
+    context = browser.new_context()
+    context.add_cookies([{"name": "__session", "value": dev_token(server, *args), "url": server.url}])
+    page = context.new_page()
+    page.goto(f"{server.url}/realtime-demo.html?pollMs=1000{query}")
+    return page
+
+
+def execute(server: DevServer, sql: str, params: tuple = ()) -> None:
+    with psycopg.connect(server.database_url, autocommit=True) as conn:
+        conn.execute(sql, params)
+
+
+def test_rows_written_to_postgres_appear_on_the_page(browser: Browser, dev_server: DevServer) -> None:
+    page = open_demo(browser, dev_server, sub="user_owner", org_id="org_live", org_role="org:owner")
+    expect(page.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=15_000)
+    expect(page.get_by_test_id("feed-status")).to_have_text("streaming")
+    execute(
+        dev_server,
+        "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
+        " VALUES ('alert-live-1', 'org_live', 'r', 's', 'Earthquake in Chile', 'critical', 'in-app')",
+    )
+    execute(
+        dev_server,
+        "INSERT INTO editorial_story_drafts (id, tenant_scope_id, story_id, headline, status, phase)"
+        " VALUES ('org_live:s-1', 'org_live', 's-1', 'Quake', 'review', 'synthesized')",
+    )
+    expect(page.locator('li[data-event-id="alert-live-1"]')).to_contain_text("Earthquake in Chile", timeout=10_000)
+    expect(page.get_by_test_id("feed-count")).to_have_text("1", timeout=10_000)
+    OUTPUT.mkdir(exist_ok=True)
+    page.screenshot(path=str(OUTPUT / "realtime-demo.png"), full_page=True)
+
+
+def test_the_rest_polling_flag_settles_into_polling(browser: Browser, dev_server: DevServer) -> None:
+    execute(
+        dev_server,
+        "INSERT INTO feature_flag_values (flag_key, tenant_scope_id, enabled)"
+        " VALUES ('notificationsRestPolling', 'org_poll', true)",
+    )
+    page = open_demo(browser, dev_server, sub="user_poll", org_id="org_poll", org_role="org:member")
+    expect(page.get_by_test_id("notifications-status")).to_have_text("polling", timeout=15_000)
+    expect(page.get_by_test_id("notifications-refreshes")).not_to_have_text("0", timeout=5_000)
+    page.wait_for_timeout(1500)
+    expect(page.get_by_test_id("notifications-status")).to_have_text("polling")  # settled: no stream retries
+
+
+def test_the_feed_keeps_updating_with_eventsource_broken(browser: Browser, dev_server: DevServer) -> None:
+    page = open_demo(
+        browser, dev_server, "&feedStream=broken", sub="user_feed", org_id="org_feed", org_role="org:member"
+    )
+    expect(page.get_by_test_id("feed-status")).to_have_text("polling", timeout=15_000)
+    expect(page.get_by_test_id("feed-count")).to_have_text("0", timeout=10_000)
+    execute(
+        dev_server,
+        "INSERT INTO editorial_story_drafts (id, tenant_scope_id, story_id, headline, status, phase)"
+        " VALUES ('org_feed:s-9', 'org_feed', 's-9', 'Polled', 'review', 'synthesized')",
+    )
+    expect(page.get_by_test_id("feed-count")).to_have_text("1", timeout=10_000)
+
+
+def test_a_story_stream_follows_changes_and_stops_on_404(browser: Browser, dev_server: DevServer) -> None:
+    execute(
+        dev_server,
+        "INSERT INTO editorial_story_drafts (id, tenant_scope_id, story_id, headline, status, phase)"
+        " VALUES ('org_story:s-7', 'org_story', 's-7', 'Story', 'review', 'synthesized')",
+    )
+    page = open_demo(browser, dev_server, "&story=s-7", sub="user_story", org_id="org_story", org_role="org:member")
+    expect(page.get_by_test_id("story-status")).to_have_text("streaming", timeout=15_000)
+    expect(page.get_by_test_id("story-phase")).to_have_text("synthesized / review")
+    execute(dev_server, "UPDATE editorial_story_drafts SET status = 'published' WHERE id = 'org_story:s-7'")
+    expect(page.get_by_test_id("story-phase")).to_have_text("synthesized / published", timeout=10_000)
+
+    missing = open_demo(browser, dev_server, "&story=nope", sub="user_story", org_id="org_story", org_role="org:member")
+    expect(missing.get_by_test_id("story-status")).to_have_text("offline", timeout=15_000)
+    missing.wait_for_timeout(2500)
+    expect(missing.get_by_test_id("story-status")).to_have_text("offline")
+
+
+def test_a_server_stopped_mid_stream_moves_the_badge_to_polling_and_back(browser: Browser, tmp_path: Path) -> None:
+    data_dir = tmp_path / "restart-dev"
+    with running_dev_server(data_dir, **STREAM_ENV) as first:
+        port = int(first.url.rsplit(":", 1)[1])
+        page = open_demo(browser, first, sub="user_restart", org_id="org_restart", org_role="org:owner")
+        expect(page.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=15_000)
+    expect(page.get_by_test_id("notifications-status")).to_have_text("polling", timeout=15_000)
+    with running_dev_server(data_dir, port=port, **STREAM_ENV):
+        expect(page.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=30_000)

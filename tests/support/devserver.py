@@ -1,0 +1,118 @@
+"""``scripts/dev`` as a subprocess for tests: started with its own data directory and port,
+its output captured line by line, stopped with SIGTERM, and checked for leftover daemons."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from lib.local.paths import PROJECT_ROOT
+from lib.local.services import free_port
+
+STARTUP_SECONDS = 120
+SERVICE_PROCESS_NAMES = {"postgres", "redis-server"}
+
+
+@dataclass
+class DevServer:
+    url: str
+    database_url: str
+    env: dict[str, str]
+    lines: queue.Queue[str]
+    seen: list[str]
+    process: subprocess.Popen | None = None
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
+        regex = re.compile(pattern)
+        for line in self.seen:
+            if match := regex.search(line):
+                return match
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            if match := regex.search(line):
+                return match
+        raise AssertionError(f"no line matching {pattern!r}; output so far:\n" + "\n".join(self.seen))
+
+
+def script_env(data_dir: Path, port: int, **extra: str) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DATABASE_URL", "REDIS_URL", "CRON_SECRET", "CLERK_JWT_KEY", "ERMIS_QUEUE_SIGNING_SECRET"}
+    }
+    env.update(ERMIS_DEV_DATA_DIR=str(data_dir), PORT=str(port), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def service_pids() -> set[int]:
+    """Running database daemons (a postmaster or redis-server detached to init), not backends,
+    and not the zombies a container's init may leave unreaped."""
+    return {
+        proc.pid
+        for proc in psutil.process_iter(["name", "ppid", "status"])
+        if proc.info["name"] in SERVICE_PROCESS_NAMES
+        and proc.info["ppid"] == 1
+        and proc.info["status"] != psutil.STATUS_ZOMBIE
+    }
+
+
+@contextmanager
+def running_dev_server(data_dir: Path, *args: str, port: int | None = None, **extra_env: str) -> Iterator[DevServer]:
+    port = port or free_port()
+    env = script_env(data_dir, port, **extra_env)
+    process = subprocess.Popen(
+        [str(PROJECT_ROOT / "scripts/dev"), *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line.rstrip("\n")) for line in process.stdout], daemon=True).start()
+    server = DevServer(f"http://127.0.0.1:{port}", "", env, lines, [], process)
+    try:
+        server.database_url = server.wait_for(r"embedded Postgres: (\S+)", STARTUP_SECONDS).group(1)
+        server.wait_for(r"^serving http://", STARTUP_SECONDS)
+        yield server
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+
+
+def run_script(server: DevServer, script: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run one of scripts/ the way a developer would, in the dev server's environment."""
+    return subprocess.run(
+        [str(PROJECT_ROOT / "scripts" / script), *args],
+        cwd=PROJECT_ROOT,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def dev_token(server: DevServer, *args: str) -> str:
+    result = run_script(server, "dev-token", *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
