@@ -196,3 +196,25 @@ async def test_rest_fallback_has_the_same_items_and_authorization(db, mint_token
     assert [item["id"] for item in body["alerts"]] == ["a-A"]
     assert body["reviewEvents"] == []
     assert body["unreadCount"] == 1 and [item["id"] for item in body["notifications"]] == ["n1"]
+
+
+async def test_a_tick_without_the_database_is_skipped_and_the_stream_goes_on(
+    db, stream_url: str, mint_token: Callable[..., str], database_url: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    async def outage_then_event() -> None:
+        await asyncio.sleep(0.6)
+        # Every connection the stream's pool holds is cut, as in a database restart.
+        await db.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        await asyncio.sleep(0.5)
+        await alert(db, "after-outage", "org_a")
+
+    writer = asyncio.create_task(outage_then_event())
+    capture = await capture_sse(stream_url, owner(mint_token), seconds=3.0)
+    await writer
+    assert capture.status == 200
+    assert [item["id"] for item in capture.events("alert.triggered")] == ["after-outage"]
+    assert not capture.closed_by_server
+    assert '"context": "/api/notifications/events"' in capfd.readouterr().err  # the failed tick was reported
