@@ -36,10 +36,11 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[ServerSentEvent]:
     started = time.monotonic()
     last: dict | None = None
     sequence = 0
+    tick = timing.current_tick()
     while time.monotonic() - started < timing.max_duration_s:
         try:
             watermark = await shared_watermarks.read(
-                tenant_scope_id, lambda: read_draft_feed_watermark(tenant_scope_id), timing.share_window_s
+                (tenant_scope_id, tick), lambda: read_draft_feed_watermark(tenant_scope_id), timing.share_window_s
             )
         except Exception as error:  # noqa: BLE001 - a failed tick is skipped, not fatal
             log_server_error("/api/feed/events", error, tenant=tenant_scope_id)
@@ -55,7 +56,7 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[ServerSentEvent]:
             if frame is not None:
                 yield frame
             last = watermark
-        await asyncio.sleep(timing.poll_interval_s)
+        tick = await timing.until_next_tick()
 
 
 async def feed_events(request: Request) -> Response:

@@ -156,9 +156,9 @@ def to_events(kind: str, rows: list[dict[str, Any]], initial: bool) -> list[Even
     return events
 
 
-async def read_activity(audience: Audience, window_s: float) -> dict[str, list[dict[str, Any]]]:
+async def read_activity(audience: Audience, tick: int, window_s: float) -> dict[str, list[dict[str, Any]]]:
     def shared(key: tuple[str, str], load: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Awaitable[Any]:
-        return shared_activity_reads.read(key, load, window_s)
+        return shared_activity_reads.read((*key, tick), load, window_s)
 
     reads: dict[str, Awaitable[Any]] = {
         "alert.triggered": shared(
@@ -206,9 +206,10 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
     resume_from = _resume_time(last_event_id)
     seen: set[tuple[str, str]] = set()
     connected = False
+    tick = timing.current_tick()
     while time.monotonic() - started < timing.max_duration_s:
         try:
-            rows = await read_activity(audience, timing.share_window_s)
+            rows = await read_activity(audience, tick, timing.share_window_s)
         except Exception as error:  # noqa: BLE001 - a failed tick is skipped, not fatal
             log_server_error("/api/notifications/events", error, user=audience.user_id)
             rows = None
@@ -230,7 +231,7 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
             for frame in _frames(outgoing, first=not connected):
                 yield frame
             connected = True
-        await asyncio.sleep(timing.poll_interval_s)
+        tick = await timing.until_next_tick()
 
 
 async def notification_events(request: Request) -> Response:
@@ -243,7 +244,7 @@ async def notification_events(request: Request) -> Response:
 async def notifications_snapshot(request: Request) -> Response:
     """What the polling fallback reads: the same items, with the same authorization."""
     audience = audience_for(require_session(request))
-    rows = await read_activity(audience, 0)
+    rows = await read_activity(audience, 0, 0)
     items = {
         kind: [event.payload for event in to_events(kind, kind_rows, initial=False)] for kind, kind_rows in rows.items()
     }

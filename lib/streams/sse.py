@@ -13,13 +13,16 @@ has line breaks and NULs removed, and data that cannot be encoded (a lone surrog
 the first also carries ``retry:`` so browsers reconnect after ``RETRY_MS``.
 
 Timing: each stream has its spec interval and self-close; ``ERMIS_SSE_POLL_INTERVAL_MS`` and
-``ERMIS_SSE_MAX_DURATION_S`` override them all (tests, tuning).
+``ERMIS_SSE_MAX_DURATION_S`` override them all (tests, tuning). Ticks are aligned to the wall
+clock (``StreamTiming.until_next_tick``), so connections share reads tick by tick.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -42,8 +45,23 @@ class StreamTiming:
 
     @property
     def share_window_s(self) -> float:
-        """How long a read is shared: 7/8 of the poll interval (the spec's 3.5 s under 4 s)."""
+        """How long a tick's shared read stays reusable: 7/8 of the interval (the spec's 3.5 s
+        under 4 s); reads are keyed by tick too, so a new tick always reads afresh."""
         return self.poll_interval_s * 0.875
+
+    def current_tick(self) -> int:
+        return int(time.time() // self.poll_interval_s)
+
+    async def until_next_tick(self) -> int:
+        """Sleep to the next multiple of the interval on the wall clock and return that tick's
+        number. Every connection of the instance then ticks together, and a read shared under
+        the tick's number serves them all: an event waits at most one interval, where
+        connection-relative timers sharing by age would make it wait an interval plus the
+        share window."""
+        target = (self.current_tick() + 1) * self.poll_interval_s
+        while (remaining := target - time.time()) > 0:  # noqa: ASYNC110 - a timer may fire early; no event to wait on
+            await asyncio.sleep(remaining)
+        return round(target / self.poll_interval_s)
 
 
 def stream_timing(default_poll_ms: int, default_max_s: float) -> StreamTiming:

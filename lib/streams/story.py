@@ -13,7 +13,6 @@ Self-closes at 290 s, under the 300 s function cap.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,8 +42,8 @@ def _scope(session: Session) -> str | None:
     return None if can_review_all_tenants(session.platform_role) else session.tenant_scope_id or ""
 
 
-async def _lookup(story_id: str, scope: str | None, window_s: float) -> dict[str, Any] | None:
-    return await shared_story_reads.read((scope, story_id), lambda: find_story_draft(story_id, scope), window_s)
+async def _lookup(story_id: str, scope: str | None, tick: int, window_s: float) -> dict[str, Any] | None:
+    return await shared_story_reads.read((scope, story_id, tick), lambda: find_story_draft(story_id, scope), window_s)
 
 
 def _phase(draft: dict[str, Any]) -> dict[str, Any]:
@@ -68,9 +67,9 @@ async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) 
         yield frame
     misses = 0
     while time.monotonic() - started < timing.max_duration_s:
-        await asyncio.sleep(timing.poll_interval_s)
+        tick = await timing.until_next_tick()
         try:
-            draft = await _lookup(story_id, scope, timing.share_window_s)
+            draft = await _lookup(story_id, scope, tick, timing.share_window_s)
         except Exception as error:  # noqa: BLE001 - a failed tick is skipped, not fatal
             log_server_error("/api/stories/events", error, storyId=story_id)
             continue
