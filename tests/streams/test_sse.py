@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -45,3 +46,17 @@ def test_parse_json_with_schema_never_raises() -> None:
     }  # fmt: skip
     assert parse_json_with_schema(json.dumps(alert), AlertTriggered) is None
     assert parse_json_with_schema(json.dumps({**alert, "severity": "critical"}), AlertTriggered) is not None
+
+
+async def test_nul_and_invalid_utf8_cannot_reach_a_frame(db) -> None:
+    # Postgres refuses both at write time, so no stored row can carry them to a stream...
+    for title in ("nul \x00 inside", "bad \udcff utf-8"):
+        with pytest.raises((psycopg.DataError, UnicodeEncodeError)):
+            await db.execute(
+                "INSERT INTO notifications (id, user_id, title, type) VALUES ('n', 'u', %s, 'system')", (title,)
+            )
+    # ...and if one ever did, the frame escapes the NUL and drops what UTF-8 cannot carry.
+    frame = sse_frame("notification.created", {"title": "a\x00b"}, "id\x00with-nul")
+    encoded = frame.encode().decode()
+    assert "\\u0000" in encoded and "\x00" not in encoded
+    assert sse_frame("notification.created", {"title": "bad \udcff"}, "x") is None
