@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,3 +51,20 @@ def benchmark_services() -> Iterator[tuple[str, str]]:
         finally:
             for stop in reversed(stops):
                 stop()
+
+
+@contextmanager
+def counting_statements() -> Iterator[Counter]:
+    """Counts every query the bundle sends (psycopg's ``AsyncConnection.execute``) while open."""
+    counter: Counter = Counter()
+    original = psycopg.AsyncConnection.execute
+
+    async def counting(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        counter["all"] += 1
+        return await original(self, query, params, **kwargs)
+
+    psycopg.AsyncConnection.execute = counting  # type: ignore[method-assign]
+    try:
+        yield counter
+    finally:
+        psycopg.AsyncConnection.execute = original  # type: ignore[method-assign]

@@ -29,7 +29,7 @@ from collections import Counter
 import psutil
 import psycopg
 
-from benchmarks.services import benchmark_services
+from benchmarks.services import benchmark_services, counting_statements
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.local.paths import PROJECT_ROOT
 from lib.local.server import VercelRouter
@@ -41,15 +41,6 @@ TENANTS = 10
 CONNECTIONS = 1000  # half notification streams, half feed streams
 POLL_MS = 1000
 MEASURE_SECONDS = 10
-statements: Counter = Counter()
-_original_execute = psycopg.AsyncConnection.execute
-
-
-async def _counting_execute(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
-    statements["all"] += 1
-    return await _original_execute(self, query, params, **kwargs)
-
-
 CLIENT = textwrap.dedent(
     """
     import asyncio, json, sys, time
@@ -102,7 +93,7 @@ def tokens(private_pem: str) -> list[tuple[str, str]]:
     return result
 
 
-def run_design(base_url: str, database_url: str, shared: bool, private_pem: str) -> dict:
+def run_design(base_url: str, database_url: str, shared: bool, private_pem: str, statements: Counter) -> dict:
     statements.clear()
     window = sse.StreamTiming.share_window_s
     if not shared:
@@ -167,13 +158,11 @@ def main() -> None:
         private_pem, public_pem = ensure_dev_key_pair(PROJECT_ROOT / ".data" / "bench-keys")
         os.environ["CLERK_JWT_KEY"] = public_pem
         get_settings.cache_clear()
-        psycopg.AsyncConnection.execute = _counting_execute  # type: ignore[method-assign]
-        with serve_in_thread(VercelRouter(PROJECT_ROOT)) as base_url:
+        with counting_statements() as statements, serve_in_thread(VercelRouter(PROJECT_ROOT)) as base_url:
             results = {
-                "shared reads (this bundle)": run_design(base_url, database_url, True, private_pem),
-                "one read per connection (spec)": run_design(base_url, database_url, False, private_pem),
+                "shared reads (this bundle)": run_design(base_url, database_url, True, private_pem, statements),
+                "one read per connection (spec)": run_design(base_url, database_url, False, private_pem, statements),
             }
-        psycopg.AsyncConnection.execute = _original_execute  # type: ignore[method-assign]
     print(
         f"{CONNECTIONS} streams ({CONNECTIONS // 2} notifications + {CONNECTIONS // 2} feed) over {TENANTS} tenants,"
         f" poll {POLL_MS} ms"

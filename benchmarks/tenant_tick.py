@@ -3,7 +3,7 @@
 Feeds are served on loopback (tests.support.feeds). Reports builds performed (feed fetches /
 feeds per catalog), wall time, and database statements per tenant — measured at two sizes
 (100 and 500 tenants) to show the per-tenant work is constant. Statements are counted by
-wrapping psycopg's ``AsyncConnection.execute`` for the run (every query the bundle issues goes
+wrapping psycopg's ``AsyncConnection.execute`` for the run (``counting_statements``) (every query the bundle issues goes
 through it). Target: 5 builds per tick; a constant number of statements per tenant.
 
 Run: ``.venv/bin/python -m benchmarks.tenant_tick``.
@@ -16,11 +16,10 @@ import json
 import os
 import random
 import time
-from collections import Counter
 
 import psycopg
 
-from benchmarks.services import benchmark_services
+from benchmarks.services import benchmark_services, counting_statements
 from lib.db.pool import close_pools
 from lib.platform.tenant_ingestion import ingest_all_tenant_scoped_feeds
 from lib.redis.client import close_redis
@@ -32,13 +31,6 @@ from tests.support.servers import serve_in_thread
 CATALOGS = 5
 FEEDS_PER_CATALOG = 40
 ITEMS_PER_FEED = 10
-statements: Counter = Counter()
-_original_execute = psycopg.AsyncConnection.execute
-
-
-async def _counting_execute(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
-    statements["all"] += 1
-    return await _original_execute(self, query, params, **kwargs)
 
 
 def seed(database_url: str, server: FeedServer, tenants: int) -> None:
@@ -89,13 +81,12 @@ def main() -> None:
     with benchmark_services() as (database_url, _), serve_in_thread(server.app) as url:
         server.base_url = url
         get_settings.cache_clear()
-        psycopg.AsyncConnection.execute = _counting_execute  # type: ignore[method-assign]
         totals: dict[int, int] = {}
         for tenants in (100, 500):
             seed(database_url, server, tenants)
             fetches_before = server.total_fetches()
-            statements.clear()
-            result, elapsed = asyncio.run(tick())
+            with counting_statements() as statements:
+                result, elapsed = asyncio.run(tick())
             builds = (server.total_fetches() - fetches_before) / FEEDS_PER_CATALOG
             assert result["refreshed"] == tenants and result["failed"] == 0, result
             totals[tenants] = statements["all"]
@@ -105,7 +96,6 @@ def main() -> None:
             )
         # The builds (and their AI usage records) are the same at both sizes; the difference is tenant work.
         print(f"statements per additional tenant: {(totals[500] - totals[100]) / 400:.2f}")
-        psycopg.AsyncConnection.execute = _original_execute  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

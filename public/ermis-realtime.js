@@ -67,6 +67,38 @@ function statusKeeper(onStatus) {
   };
 }
 
+// Opens the EventSource: open stops the polling fallback, an error starts it (unless the
+// connection was stopped for good).
+function openStream(EventSourceImpl, url, polling, status) {
+  status.set('connecting');
+  const source = new EventSourceImpl(url, { withCredentials: true });
+  source.onopen = () => {
+    polling.stop();
+    status.set('streaming');
+  };
+  source.onerror = () => {
+    if (status.value === 'offline') return;
+    polling.start();
+    status.set('polling');
+  };
+  return source;
+}
+
+// What every connect function returns.
+function handle(status, polling, closeSource, extraClose = () => {}) {
+  return {
+    get status() {
+      return status.value;
+    },
+    close() {
+      polling.stop();
+      extraClose();
+      closeSource();
+      status.set('offline');
+    },
+  };
+}
+
 export function connectNotificationStream(options = {}) {
   const {
     url = '/api/notifications/events',
@@ -100,16 +132,7 @@ export function connectNotificationStream(options = {}) {
     status.set('polling');
     polling.start();
   } else {
-    status.set('connecting');
-    source = new EventSourceImpl(url, { withCredentials: true });
-    source.onopen = () => {
-      polling.stop();
-      status.set('streaming');
-    };
-    source.onerror = () => {
-      polling.start();
-      status.set('polling');
-    };
+    source = openStream(EventSourceImpl, url, polling, status);
     for (const name of events) {
       source.addEventListener(name, (message) => {
         const payload = parseJson(message.data);
@@ -123,17 +146,12 @@ export function connectNotificationStream(options = {}) {
       });
     }
   }
-  return {
-    get status() {
-      return status.value;
-    },
-    close() {
-      polling.stop();
-      if (refreshTimer !== null) clearTimeout(refreshTimer);
-      if (source) source.close();
-      status.set('offline');
-    },
-  };
+  return handle(
+    status,
+    polling,
+    () => source && source.close(),
+    () => refreshTimer !== null && clearTimeout(refreshTimer),
+  );
 }
 
 export function connectFeedStream(options = {}) {
@@ -172,32 +190,14 @@ export function connectFeedStream(options = {}) {
     status.set('polling');
     polling.start();
   } else {
-    status.set('connecting');
-    source = new EventSourceImpl(url, { withCredentials: true });
-    source.onopen = () => {
-      polling.stop();
-      status.set('streaming');
-    };
     // A failed stream, or a 204 (no tenant scope: EventSource stops for good), falls back to polling.
-    source.onerror = () => {
-      polling.start();
-      status.set('polling');
-    };
+    source = openStream(EventSourceImpl, url, polling, status);
     source.addEventListener('feed.changed', (message) => {
       const watermark = parseJson(message.data);
       if (watermark && moved(watermark) && onChange) onChange('UPDATE', watermark);
     });
   }
-  return {
-    get status() {
-      return status.value;
-    },
-    close() {
-      polling.stop();
-      if (source) source.close();
-      status.set('offline');
-    },
-  };
+  return handle(status, polling, () => source && source.close());
 }
 
 export function connectStoryStream(storyId, options = {}) {
@@ -237,29 +237,10 @@ export function connectStoryStream(storyId, options = {}) {
     status.set('polling');
     polling.start();
   } else {
-    status.set('connecting');
-    source = new EventSourceImpl(`${base}/events`, { withCredentials: true });
-    source.onopen = () => {
-      polling.stop();
-      status.set('streaming');
-    };
-    source.onerror = () => {
-      if (status.value === 'offline') return;
-      polling.start();
-      status.set('polling');
-    };
+    source = openStream(EventSourceImpl, `${base}/events`, polling, status);
     source.addEventListener('story.phase', (message) => deliver(parseJson(message.data)));
   }
-  return {
-    get status() {
-      return status.value;
-    },
-    close() {
-      polling.stop();
-      if (source) source.close();
-      status.set('offline');
-    },
-  };
+  return handle(status, polling, () => source && source.close());
 }
 
 export async function loadTenantFeatureFlags(url = '/api/feature-flags') {
