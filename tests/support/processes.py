@@ -16,7 +16,12 @@ from lib.local.paths import PROJECT_ROOT
 def bundle_process(async_call: str, module: str) -> Iterator[subprocess.Popen]:
     """``asyncio.run(<async_call>)`` after ``from <module> import *``, in a child with this
     test's environment; killed on exit if still alive."""
-    code = f"import asyncio; from {module} import *; asyncio.run({async_call})"
+    code = (
+        f"import asyncio\nfrom {module} import *\nfrom lib.db.pool import close_pools\n"
+        f"from lib.runtime.after_response import wait_for_detached_work\n"
+        f"async def main():\n    await {async_call}\n    await wait_for_detached_work()\n    await close_pools()\n"
+        "asyncio.run(main())"
+    )
     child = subprocess.Popen(
         [sys.executable, "-c", code], cwd=PROJECT_ROOT, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     )

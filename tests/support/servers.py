@@ -12,7 +12,9 @@ from contextlib import contextmanager
 import uvicorn
 from starlette.types import ASGIApp
 
+from lib.db.pool import close_pools
 from lib.local.services import free_port
+from lib.redis.client import close_redis
 
 
 @contextmanager
@@ -22,7 +24,17 @@ def serve_in_thread(app: ASGIApp) -> Iterator[str]:
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off", timeout_graceful_shutdown=1)
     )
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+
+    async def serve_then_release() -> None:
+        try:
+            await server.serve()
+        finally:
+            # The app's pool and Redis client belong to this thread's loop: close them with it,
+            # or every test server would leave its database connections open.
+            await close_pools()
+            await close_redis()
+
+    thread = threading.Thread(target=lambda: asyncio.run(serve_then_release()), daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
