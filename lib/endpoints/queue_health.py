@@ -20,8 +20,8 @@ from starlette.responses import JSONResponse, Response
 
 from lib.clock import iso_timestamp
 from lib.db.pool import connection
-from lib.jobs.ai_metering import MAX_AI_METERING_ATTEMPTS
 from lib.platform.ai_ledger_retry import DLQ_KEY, PROCESSING_KEY, QUEUE_KEY
+from lib.platform.ai_usage import MAX_AI_METERING_ATTEMPTS
 from lib.platform.flags import is_feature_enabled
 from lib.queues.client import get_queue_region, is_queues_provisioned
 from lib.queues.dead_letters import dead_letter_summary

@@ -34,12 +34,12 @@ from psycopg import AsyncConnection
 from lib.db.pool import connection
 from lib.jobs.cron_auth import report_cron_drain_failures
 from lib.observability import describe_error
+from lib.platform.ai_usage import MAX_AI_METERING_ATTEMPTS
 from lib.platform.flags import is_feature_enabled
 from lib.settings import get_settings, secret_or_none
 
 ROUTE = "/api/admin/ai/metering/flush"
 MONITOR = "ai-metering-flush"
-MAX_AI_METERING_ATTEMPTS = 5
 EXTERNAL_ID_PREFIX = "ermis-ai-usage-"
 POLAR_TIMEOUT_SECONDS = 15.0
 BATCHES_PER_RUN = 10

@@ -33,6 +33,8 @@ from lib.platform.ai_ledger_retry import enqueue_ai_ledger_retry
 from lib.runtime.after_response import run_after_response
 
 AI_USAGE_EVENT_NAME = "ai_usage"
+# An outbox row is sent to Polar at most this many times (spec: MAX_AI_METERING_ATTEMPTS).
+MAX_AI_METERING_ATTEMPTS = 5
 
 
 class AiUsage(BaseModel):
