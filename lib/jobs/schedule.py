@@ -32,8 +32,12 @@ def cron_name(path: str) -> str:
     return path.removeprefix(CRON_PATH_PREFIX).strip("/").replace("/", "-")
 
 
+def read_vercel_config(project_root: Path = PROJECT_ROOT) -> dict:
+    return json.loads((project_root / "vercel.json").read_text())
+
+
 def load_crons(project_root: Path = PROJECT_ROOT) -> list[CronEntry]:
-    config = json.loads((project_root / "vercel.json").read_text())
+    config = read_vercel_config(project_root)
     entries = [CronEntry(item["path"], item["schedule"]) for item in config.get("crons", [])]
     for entry in entries:
         if not croniter.is_valid(entry.schedule):

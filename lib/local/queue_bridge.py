@@ -10,7 +10,6 @@ a retried message comes back after its backoff.
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from vercel.queue.devserver import EmbeddedQueueDevServer
 
+from lib.jobs.schedule import read_vercel_config
 from lib.local.routing import route_for_file
 
 PUSH_INTERVAL_SECONDS = 0.25
@@ -26,7 +26,7 @@ PUSH_INTERVAL_SECONDS = 0.25
 
 def queue_triggers(project_root: Path) -> dict[str, str]:
     """wire topic → consumer route path, from ``vercel.json``."""
-    config = json.loads((project_root / "vercel.json").read_text())
+    config = read_vercel_config(project_root)
     triggers: dict[str, str] = {}
     for file, settings in config.get("functions", {}).items():
         for trigger in settings.get("experimentalTriggers", []):

@@ -151,3 +151,23 @@ async def test_an_unprovisioned_consumer_route_answers_204(db, set_env) -> None:
     async with client_for(INGEST) as client:
         response = await client.post("/api/queues/rss/ingest", content=b"{}")
     assert response.status_code == 204
+
+
+def test_a_reserved_consumer_does_not_load_the_aggregation_build_at_cold_start() -> None:
+    import subprocess
+    import sys
+
+    from lib.local.paths import PROJECT_ROOT
+
+    probe = (
+        "import sys\n"
+        "from lib.local.routing import route_for_file\n"
+        "from lib.local.server import load_function_app\n"
+        "from lib.local.paths import PROJECT_ROOT\n"
+        "load_function_app(PROJECT_ROOT, route_for_file('api/queues/rss/enrich.py'))\n"
+        "print(sorted(m for m in ('feedparser', 'lib.platform.aggregation.stories') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "[]"

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -22,15 +23,30 @@ def bundle_process(async_call: str, module: str) -> Iterator[subprocess.Popen]:
         f"async def main():\n    await {async_call}\n    await wait_for_detached_work()\n    await close_pools()\n"
         "asyncio.run(main())"
     )
-    child = subprocess.Popen(
-        [sys.executable, "-c", code], cwd=PROJECT_ROOT, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    )
-    try:
-        yield child
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(timeout=30)
+    # The child's output goes to a file (a pipe could fill and stall it); read it with output_of().
+    with tempfile.TemporaryFile("w+") as output:
+        child = subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        child.output = output  # type: ignore[attr-defined]
+        try:
+            yield child
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(timeout=30)
+
+
+def output_of(child: subprocess.Popen) -> str:
+    """Everything the child printed so far (for assertion messages)."""
+    output = child.output  # type: ignore[attr-defined]
+    output.flush()
+    output.seek(0)
+    return output.read()
 
 
 def sigkill(child: subprocess.Popen) -> None:

@@ -1,10 +1,10 @@
-"""POST (queue push, message HMAC): the rss.cluster consumer. See lib.queues.consumer and lib.queues.handlers."""
+"""POST (queue push, message HMAC): the rss.cluster consumer. See lib.queues.consumer and lib.queues.reserved."""
 
 from lib.auth.gates import QUEUE_MESSAGE_HMAC
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
 from lib.queues.consumer import create_rss_consumer
-from lib.queues.handlers import not_implemented
+from lib.queues.reserved import not_implemented
 from lib.queues.topics import RSS_QUEUE_TOPICS
 
 receive = create_rss_consumer(RSS_QUEUE_TOPICS["cluster"], not_implemented(RSS_QUEUE_TOPICS["cluster"]))

@@ -28,6 +28,7 @@ from lib.db.pool import connection
 from lib.db.state_store import get_state, set_state
 from lib.platform.alerts.rules import AlertRule
 from lib.platform.flags import is_feature_enabled
+from lib.runtime.invocation import invocation_memo
 from lib.settings import get_settings
 
 SIGNATURE_HEADER = "X-Ermis-Signature"
@@ -52,11 +53,16 @@ def webhook_key_name(tenant_scope_id: str) -> str:
 
 
 async def webhook_signing_key(tenant_scope_id: str) -> str:
-    existing = await get_state(webhook_key_name(tenant_scope_id))
-    if isinstance(existing, str) and existing:
-        return existing
-    key = secrets.token_hex(32)
-    await set_state(webhook_key_name(tenant_scope_id), key)
+    memo = invocation_memo()
+    memo_key = ("webhook-signing-key", tenant_scope_id)
+    if memo is not None and memo_key in memo:
+        return memo[memo_key]
+    key = await get_state(webhook_key_name(tenant_scope_id))
+    if not (isinstance(key, str) and key):
+        key = secrets.token_hex(32)
+        await set_state(webhook_key_name(tenant_scope_id), key)
+    if memo is not None:
+        memo[memo_key] = key
     return key
 
 
