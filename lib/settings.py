@@ -28,8 +28,10 @@ class Settings(BaseSettings):
     cron_secret: SecretStr | None = None
     ermis_queue_signing_secret: SecretStr | None = None
     ermis_queue_signing_secret_next: SecretStr | None = None
+    vercel: str | None = None
     vercel_oidc_token: SecretStr | None = None
     vercel_queue_api_token: SecretStr | None = None
+    vercel_queue_token: SecretStr | None = None
     vercel_queue_base_url: str | None = None
     vercel_region: str | None = None
     vercel_deployment_id: str | None = None
@@ -53,6 +55,10 @@ class Settings(BaseSettings):
 
     ermis_sse_poll_interval_ms: int | None = None
     ermis_sse_max_duration_s: float | None = None
+
+    @property
+    def on_vercel(self) -> bool:
+        return (self.vercel or "").strip() == "1"
 
     @property
     def authorized_parties(self) -> list[str]:

@@ -10,6 +10,9 @@ import pytest
 
 from lib.local.paths import PROJECT_ROOT
 from lib.local.routing import discover_routes, resolve
+from lib.streams.feed import FEED_MAX_DURATION_S
+from lib.streams.notifications import NOTIFICATIONS_MAX_DURATION_S
+from lib.streams.story import STORY_MAX_DURATION_S
 
 CONFIG = json.loads((PROJECT_ROOT / "vercel.json").read_text())
 ROUTES = discover_routes(PROJECT_ROOT)
@@ -51,10 +54,21 @@ def test_every_function_key_is_a_file() -> None:
         assert key in API_FILES, key
 
 
-def test_long_running_functions_get_300_seconds() -> None:
-    functions = CONFIG["functions"]
-    assert functions["api/admin/rss/refresh.py"]["maxDuration"] == 300
-    assert functions["api/stories/[storyId]/events.py"]["maxDuration"] == 300
+STREAM_SELF_CLOSE_S = {
+    "api/feed/events.py": FEED_MAX_DURATION_S,
+    "api/notifications/events.py": NOTIFICATIONS_MAX_DURATION_S,
+    "api/stories/[storyId]/events.py": STORY_MAX_DURATION_S,
+}
+
+
+def test_the_refresh_tick_gets_300_seconds() -> None:
+    assert CONFIG["functions"]["api/admin/rss/refresh.py"]["maxDuration"] == 300
+
+
+@pytest.mark.parametrize("file", sorted(STREAM_SELF_CLOSE_S))
+def test_every_stream_outlives_its_self_close_by_10_seconds(file: str) -> None:
+    """A stream closed by the platform before it closes itself ends without its last frame."""
+    assert CONFIG["functions"][file]["maxDuration"] >= STREAM_SELF_CLOSE_S[file] + 10
 
 
 def test_each_queue_consumer_has_its_wire_topic_trigger() -> None:

@@ -6,9 +6,11 @@ handler. ``ApiError`` from either becomes its JSON response. The endpoint carrie
 map (method → gate label) that the auth-guard test reads, so an unguarded route cannot exist
 without failing CI.
 
-Paths are the full public paths (``/api/stories/{storyId}/events``): on Vercel a function
-receives the original request path, so the same app answers under the dev server, on Vercel
-and behind Mangum.
+Paths are the full public paths (``/api/stories/{storyId}/events``), so the same app answers
+under the dev server, on Vercel and behind Mangum. A dynamic segment is read with
+``dynamic_segment``: Vercel's routes rewrite ``/api/stories/abc/events`` to
+``/api/stories/[storyId]/events?storyId=abc``, and the function may see either path, so the
+query's value comes first and the path's second.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ Handler = Callable[[Request], Awaitable[Response]]
 class GatedEndpoint:
     gate: Gate
     handler: Handler
+
+
+def dynamic_segment(request: Request, name: str) -> str:
+    """The value of ``[name]`` in the function's file path, from the query or the path."""
+    return request.query_params.get(name) or request.path_params[name]
 
 
 def guarded(gate: Gate, handler: Handler) -> GatedEndpoint:

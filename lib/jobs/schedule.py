@@ -7,14 +7,14 @@ five-field UTC expression Vercel runs it on.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from croniter import croniter
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from lib.bundle import PROJECT_ROOT, read_vercel_config
+
 CRON_PATH_PREFIX = "/api/admin/"
 
 
@@ -30,10 +30,6 @@ class CronEntry:
 
 def cron_name(path: str) -> str:
     return path.removeprefix(CRON_PATH_PREFIX).strip("/").replace("/", "-")
-
-
-def read_vercel_config(project_root: Path = PROJECT_ROOT) -> dict:
-    return json.loads((project_root / "vercel.json").read_text())
 
 
 def load_crons(project_root: Path = PROJECT_ROOT) -> list[CronEntry]:

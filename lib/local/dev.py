@@ -140,7 +140,7 @@ async def serve(
     stop = asyncio.Event()
     background = [asyncio.create_task(scheduler.run(stop))]
     if bridge:
-        routes = ", ".join(bridge.triggers.values())
+        routes = ", ".join(trigger.path for trigger in bridge.triggers)
         _say(f"  queue: embedded Vercel Queue service at {queue.base_url}, pushing to {routes}")
         background.append(asyncio.create_task(bridge.run(stop)))
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lib.jobs.schedule import PROJECT_ROOT
+from lib.bundle import PROJECT_ROOT
 
 __all__ = ["PROJECT_ROOT", "data_dir", "dev_key_dir", "session_file"]
 

@@ -3,7 +3,7 @@
 Rules (Vercel's, for files under ``api/``):
 
 - a file's path is its URL path with ``.py`` dropped: ``api/admin/flags.py`` → ``/api/admin/flags``;
-- ``index.py`` serves its folder: ``api/feed/index.py`` → ``/api/feed``;
+- ``index.py`` serves its folder: ``api/feed/index.py`` → ``/api/feed`` (and ``/api/feed/index``);
 - a ``[param]`` segment (folder or file) matches one path segment and names it:
   ``api/stories/[storyId]/events.py`` → ``/api/stories/{storyId}/events``;
 - files and folders starting with ``_`` or ``.`` are not functions (private helpers);
@@ -11,7 +11,8 @@ Rules (Vercel's, for files under ``api/``):
   (``/api/stories/latest`` beats ``/api/stories/[storyId]``).
 
 A function receives the original path; matched dynamic segments are also added to the query
-string, as Vercel does.
+string, as Vercel does. The deployment stage compares this router with the routes
+``vercel build`` writes (``tests/deploy/test_build_output.py``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ class FunctionRoute:
     pattern: str  # Starlette-style path, e.g. "/api/stories/{storyId}/events"
     segments: tuple[str, ...] = field(repr=False)  # "" marks a dynamic segment
     params: tuple[str, ...] = field(repr=False)
+    is_index: bool = field(default=False, repr=False)
 
     def match(self, path: str) -> dict[str, str] | None:
         parts = _split(path)
+        if self.is_index and parts and parts[-1] == "index":
+            parts = parts[:-1]
         if len(parts) != len(self.segments):
             return None
         values: dict[str, str] = {}
@@ -55,7 +59,8 @@ def _split(path: str) -> list[str]:
 
 def route_for_file(relative_file: str) -> FunctionRoute:
     parts = Path(relative_file).with_suffix("").parts
-    if parts and parts[-1] == "index":
+    is_index = bool(parts) and parts[-1] == "index"
+    if is_index:
         parts = parts[:-1]
     segments: list[str] = []
     params: list[str] = []
@@ -74,6 +79,7 @@ def route_for_file(relative_file: str) -> FunctionRoute:
         pattern="/" + "/".join(pattern_parts),
         segments=tuple(segments),
         params=tuple(params),
+        is_index=is_index,
     )
 
 

@@ -2,9 +2,10 @@
 
 Each function file is imported once (by path: ``[storyId]`` is not a valid module name) and
 its ``app`` receives the request unchanged, full path included, with dynamic segments also in
-the query string — what the function sees on Vercel. Files in ``public/`` are served at the
-root like Vercel's static output; ``/__dev/...`` routes are the local runtime's own (queue
-depths). Anything else is a 404 JSON.
+the query string — what the function sees on Vercel. As Vercel's runtime does, the request's
+headers are put into ``vercel.headers``' context for the call, where the SDKs read them.
+Files in ``public/`` are served at the root like Vercel's static output; ``/__dev/...`` routes
+are the local runtime's own (queue depths). Anything else is a 404 JSON.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from urllib.parse import urlencode
 
 from starlette.responses import FileResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+from vercel.headers import HeadersContext, headers_from_asgi_scope
 
 from lib.http.errors import error_response
 from lib.local.routing import FunctionRoute, discover_routes, resolve
@@ -69,7 +71,8 @@ class VercelRouter:
                 extra = urlencode(params).encode()
                 query = scope.get("query_string", b"")
                 scope = {**scope, "query_string": query + b"&" + extra if query else extra}
-            await self.apps[route.file](scope, receive, send)
+            with HeadersContext(headers_from_asgi_scope(scope)).use():
+                await self.apps[route.file](scope, receive, send)
             return
         static = self._static_file(path)
         if static is not None:

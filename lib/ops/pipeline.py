@@ -5,8 +5,9 @@
              ran that batch (the line ``[queues:rss.ingest] running aggregation refresh
              batch=<id>`` is printed once the consumer has recorded it)
     disable  flip the flag off (the inline path never stopped being authoritative for tenants)
-    status   the flag (global and overrides), provisioning and region as this environment sees
-             them, and the DLQ topics' depth where the queue service tells it (the local one does)
+    status   the flag (global and overrides), provisioning and region as the functions decide them
+             (from ``/api/admin/queues``), and the DLQ topics' depth where the queue service tells
+             it (the local one does)
 
 Targets the dev server by default (URL, cron secret and database from its session file, and a
 development super_admin token). For a deployment pass ``--url`` and set ``ERMIS_ADMIN_TOKEN``
@@ -28,7 +29,6 @@ import psycopg
 
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.local.paths import dev_key_dir, session_file
-from lib.queues.client import get_queue_region, is_queues_provisioned
 from lib.queues.handlers import LAST_INGEST_RUN_KEY
 
 FLAG = "rssQueuePipeline"
@@ -93,12 +93,18 @@ async def enable(client: httpx.AsyncClient, session: dict[str, Any]) -> None:
 
 
 async def status(client: httpx.AsyncClient, session: dict[str, Any]) -> None:
-    response = await client.get("/api/admin/flags", headers={"Authorization": f"Bearer {_admin_token(session)}"})
+    admin = {"Authorization": f"Bearer {_admin_token(session)}"}
+    response = await client.get("/api/admin/flags", headers=admin)
     if response.status_code != 200:
         raise PipelineError(f"reading flags failed: {response.status_code} {response.text}")
     flag = next(item for item in response.json()["flags"] if item["key"] == FLAG)
     print(f"{FLAG}: {'on' if flag['enabled'] else 'off'} (overrides: {flag['overrides'] or 'none'})")
-    print(f"provisioned here: {is_queues_provisioned()}; region: {get_queue_region()}")
+    # Asked of a function, not decided here: on Vercel the token arrives with each request.
+    health = await client.get("/api/admin/queues", headers=admin)
+    if health.status_code != 200:
+        raise PipelineError(f"reading the queue view failed: {health.status_code} {health.text}")
+    pipeline = health.json()["pipeline"]
+    print(f"provisioned (as the functions decide): {pipeline['provisioned']}; region: {pipeline['region']}")
     depths = await client.get("/__dev/queues")
     if depths.status_code == 200:
         topics = depths.json()["topics"]

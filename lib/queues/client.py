@@ -1,23 +1,51 @@
 """Provisioning and the SDK client (spec: ``isQueuesProvisioned``, ``getQueueRegion``).
 
-The project is *provisioned* when ``VERCEL_OIDC_TOKEN`` or ``VERCEL_QUEUE_API_TOKEN`` is
-non-empty: publishing then goes through ``vercel-queue``'s ``QueueClient`` (base URL from
-``VERCEL_QUEUE_BASE_URL`` when set — the embedded service in development and tests). Off the
-platform there is no deployment id, so the client addresses all deployments.
+The queue is *provisioned* when a queue token can be had: ``VERCEL_QUEUE_API_TOKEN`` (passed to
+the SDK), the SDK's own ``VERCEL_QUEUE_TOKEN``, ``VERCEL_OIDC_TOKEN``, or — on Vercel
+(``VERCEL=1``) — the OIDC token of the current request. Vercel does not put the OIDC token in
+a Python function's environment: it sends it with each request as ``x-vercel-oidc-token``, and
+Vercel's runtime puts the request headers into ``vercel.headers``' context, where
+``vercel-oidc`` finds it. So apart from ``VERCEL_QUEUE_API_TOKEN`` the client is built with
+no token and the SDK resolves one per call, the way it does on the platform.
+
+Off the platform with no token the spec's in-process path runs (local development). On the
+platform there is no in-process path: a client that cannot get a token raises
+``QueueNotProvisioned``, loudly, rather than running work where its failure cannot be retried.
 """
 
 from __future__ import annotations
 
+from vercel.headers import get_headers
 from vercel.queue import ALL_DEPLOYMENTS, CURRENT_DEPLOYMENT, QueueClient
 
 from lib.settings import get_settings, secret_or_none
 
 DEFAULT_REGION = "iad1"
+OIDC_HEADER = "x-vercel-oidc-token"
+
+
+class QueueNotProvisioned(RuntimeError):
+    pass
+
+
+def _request_oidc_token() -> str | None:
+    headers = get_headers() or {}
+    return (headers.get(OIDC_HEADER) or "").strip() or None
 
 
 def is_queues_provisioned() -> bool:
     settings = get_settings()
-    return bool(secret_or_none(settings.vercel_oidc_token) or secret_or_none(settings.vercel_queue_api_token))
+    if any(
+        secret_or_none(token)
+        for token in (settings.vercel_queue_api_token, settings.vercel_queue_token, settings.vercel_oidc_token)
+    ):
+        return True
+    return settings.on_vercel and _request_oidc_token() is not None
+
+
+def uses_queue_service() -> bool:
+    """Whether messages go through the queue service: when provisioned, and always on Vercel."""
+    return is_queues_provisioned() or get_settings().on_vercel
 
 
 def get_queue_region() -> str:
@@ -25,12 +53,16 @@ def get_queue_region() -> str:
 
 
 def queue_client() -> QueueClient:
-    """The SDK client for this environment; raises when it cannot be built."""
+    """The SDK client for this environment; raises ``QueueNotProvisioned`` without a token."""
+    if not is_queues_provisioned():
+        raise QueueNotProvisioned(
+            "no queue token: set VERCEL_QUEUE_API_TOKEN or VERCEL_OIDC_TOKEN, or on Vercel enable the "
+            "project's OIDC token so requests carry x-vercel-oidc-token"
+        )
     settings = get_settings()
-    token = secret_or_none(settings.vercel_queue_api_token) or secret_or_none(settings.vercel_oidc_token)
     return QueueClient(
         region=get_queue_region(),
-        token=token,
+        token=secret_or_none(settings.vercel_queue_api_token),
         base_url=settings.vercel_queue_base_url or None,
         deployment=CURRENT_DEPLOYMENT if settings.vercel_deployment_id else ALL_DEPLOYMENTS,
     )

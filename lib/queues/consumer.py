@@ -16,9 +16,14 @@ leases the message and calls the subscriber registered here for the topic. The s
    cannot die with the instance), recorded in ``queue_dead_letters`` for the operators'
    queue view, and then acknowledged.
 
+Each consumer subscribes under the consumer name Vercel gives its function
+(``consumer_names``); a push naming another consumer is answered 400 ``consumer_mismatch`` and
+logged, so a misnamed trigger surfaces instead of being dropped.
+
 The handler is also registered in-process, so local development without a queue runs the
-same body (signature and batch checks included). When the queue is not provisioned, a push
-cannot be acknowledged, and the route answers 204 without work.
+same body (signature and batch checks included). Off the platform with no queue token, a push
+cannot be acknowledged, and the route answers 204 without work; on Vercel without a token it
+fails loudly (``QueueNotProvisioned``).
 """
 
 from __future__ import annotations
@@ -28,13 +33,15 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from vercel.queue import Message, QueueError, RetryAfter, subscribe
+from vercel.queue import Message, QueueError, RetryAfter, SanitizedName, subscribe
 
+from lib.bundle import bundle_relative_path
 from lib.clock import iso_timestamp
 from lib.http.errors import error_response
 from lib.http.routing import Handler
 from lib.observability import describe_error, log_server_error
-from lib.queues.client import is_queues_provisioned, queue_client
+from lib.queues.client import queue_client, uses_queue_service
+from lib.queues.consumer_names import vercel_consumer_name
 from lib.queues.dead_letters import record_dead_letter
 from lib.queues.publish import RssHandler, RssMessageMetadata, register_rss_in_process_handler
 from lib.queues.signing import verify_message
@@ -76,8 +83,8 @@ class _Consumer:
     """One per topic per process; re-creating a consumer (a module loaded twice) swaps the
     handler instead of registering a second, overlapping subscription."""
 
-    def __init__(self, topic: str, handler: RssHandler, options: ConsumerOptions) -> None:
-        self.topic, self.handler, self.options = topic, handler, options
+    def __init__(self, topic: str, name: str, handler: RssHandler, options: ConsumerOptions) -> None:
+        self.topic, self.name, self.handler, self.options = topic, name, handler, options
         # The SDK holds subscribers weakly; this reference keeps ours registered.
         self.subscriber: Any = None
 
@@ -122,28 +129,33 @@ class _Consumer:
             await record_dead_letter(dead_letter, message.payload)
 
 
-_consumers: dict[str, _Consumer] = {}
+_consumers: dict[tuple[str, str], _Consumer] = {}
 
 
-def _consumer_for(topic: str, handler: RssHandler, options: ConsumerOptions) -> _Consumer:
-    existing = _consumers.get(topic)
+def _consumer_for(topic: str, name: str, handler: RssHandler, options: ConsumerOptions) -> _Consumer:
+    existing = _consumers.get((topic, name))
     if existing is not None:
         existing.handler, existing.options = handler, options
         return existing
-    consumer = _Consumer(topic, handler, options)
-    _consumers[topic] = consumer
+    consumer = _Consumer(topic, name, handler, options)
+    _consumers[(topic, name)] = consumer
 
     async def deliver(message: Message[dict[str, object]]) -> None:
         await consumer.on_delivery(message)
 
-    deliver.__name__ = f"deliver_{wire_topic(topic).replace('-', '_')}"
-    consumer.subscriber = subscribe(deliver, topic=wire_topic(topic), consumer_group=wire_topic(topic))
+    deliver.__name__ = f"deliver_{name}"
+    consumer.subscriber = subscribe(deliver, topic=wire_topic(topic), consumer_group=SanitizedName(name))
     return consumer
 
 
-def create_rss_consumer(topic: str, handler: RssHandler, options: ConsumerOptions | None = None) -> Handler:
-    """The POST endpoint for ``topic``'s consumer route."""
-    consumer = _consumer_for(topic, handler, options or ConsumerOptions())
+def create_rss_consumer(
+    topic: str, handler: RssHandler, options: ConsumerOptions | None = None, *, module_file: str
+) -> Handler:
+    """The POST endpoint for ``topic``'s consumer route, served by the function ``module_file``
+    (the ``api/`` file's ``__file__``), whose consumer name Vercel derives from its path."""
+    consumer = _consumer_for(
+        topic, vercel_consumer_name(bundle_relative_path(module_file)), handler, options or ConsumerOptions()
+    )
 
     async def in_process(payload: dict[str, Any], metadata: RssMessageMetadata) -> None:
         await consumer.process(payload, metadata)
@@ -152,10 +164,17 @@ def create_rss_consumer(topic: str, handler: RssHandler, options: ConsumerOption
     expected_topic = wire_topic(topic)
 
     async def receive_push(request: Request) -> Response:
-        if not is_queues_provisioned():
+        if not uses_queue_service():
             return Response(status_code=204)
         if request.headers.get("ce-vqsqueuename") != expected_topic:
             return error_response(400, "malformed_delivery", f"Not a push delivery for {expected_topic}.")
+        pushed_consumer = (request.headers.get("ce-vqsconsumergroup") or "")[:200]
+        if pushed_consumer and pushed_consumer != consumer.name:
+            mismatch = (
+                f"This function consumes {expected_topic} as {consumer.name}; the delivery names {pushed_consumer}."
+            )
+            log_server_error(f"queues:{topic}", f"push for another consumer: {mismatch}")
+            return error_response(400, "consumer_mismatch", mismatch)
         body = await request.body()
         try:
             await queue_client().accept_and_handle(

@@ -1,11 +1,11 @@
 """Publishing signed messages (spec: ``publishRssMessage``, ``publishRssAggregationRefresh``).
 
-Provisioned: ``QueueClient.send`` to the wire topic with the spec's idempotency key
+Provisioned, or on Vercel: ``QueueClient.send`` to the wire topic with the spec's idempotency key
 ``<topic>:<batchId>:<first 96 characters of the JSON, non-alphanumerics as _>``. A client that
 cannot be built raises — never an in-process fallthrough, because on serverless a detached
 in-process run can die with the response and turn "publish failed" into "maybe ran".
 
-Not provisioned (local development without a queue): the message goes straight to the handler
+Not provisioned off the platform (local development without a queue): the message goes straight to the handler
 registered for the topic (consumer modules register theirs at import), with synthetic
 metadata; with no handler registered it is dropped with a stderr line.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lib.clock import iso_timestamp
-from lib.queues.client import is_queues_provisioned, queue_client
+from lib.queues.client import queue_client, uses_queue_service
 from lib.queues.signing import sign_message
 from lib.queues.topics import RSS_QUEUE_TOPICS, wire_topic
 
@@ -54,7 +54,7 @@ async def publish_rss_message(topic: str, message: dict[str, Any]) -> PublishOut
     """Sign and publish: ``queued`` on the queue service, ``dispatched`` to the in-process
     handler, or ``dropped`` (not provisioned, no handler registered)."""
     signed = sign_message(message)
-    if is_queues_provisioned():
+    if uses_queue_service():
         client = queue_client()
         await client.send(wire_topic(topic), signed, idempotency_key=idempotency_key(topic, signed))
         return "queued"

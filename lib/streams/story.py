@@ -25,6 +25,7 @@ from lib.auth.gates import require_session
 from lib.auth.roles import can_review_all_tenants
 from lib.auth.sessions import Session
 from lib.http.errors import ApiError
+from lib.http.routing import dynamic_segment
 from lib.observability import log_server_error
 from lib.platform.editorial import find_story_draft
 from lib.streams.shared_reads import SharedReads
@@ -88,7 +89,7 @@ async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) 
 
 async def _visible_draft(request: Request) -> tuple[str, str | None, dict[str, Any]]:
     session = require_session(request)
-    story_id = request.path_params["storyId"]
+    story_id = dynamic_segment(request, "storyId")
     scope = _scope(session)
     draft = await find_story_draft(story_id, scope)
     if draft is None:

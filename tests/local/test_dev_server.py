@@ -102,12 +102,15 @@ def test_pipeline_runbook_turns_the_queue_pipeline_on_end_to_end(dev_server: Dev
     status = pipeline("status")
     assert status.returncode == 0, status.stderr
     assert "rssQueuePipeline: off" in status.stdout and "rss-ingest-dlq: 0 message(s)" in status.stdout
+    assert "provisioned (as the functions decide): True; region: iad1" in status.stdout
     enabled = pipeline("enable")
     assert enabled.returncode == 0, enabled.stdout + enabled.stderr
     batch = re.search(r"published: true batch=(\S+)", enabled.stdout).group(1)
     assert f"[queues:rss.ingest] running aggregation refresh batch={batch}" in enabled.stdout
     # A real push delivery over HTTP from the embedded queue service to the consumer route:
-    dev_server.wait_for(r"\[queue\] push rss-ingest delivery 1 -> /api/queues/rss/ingest 200", 30)
+    dev_server.wait_for(
+        r"\[queue\] push rss-ingest delivery 1 as api_Squeues_Srss_Singest_Dpy -> /api/queues/rss/ingest 200", 30
+    )
     dev_server.wait_for(rf"\[queues:rss.ingest\] running aggregation refresh batch={batch}", 30)
     assert "rssQueuePipeline: on" in pipeline("status").stdout
     assert pipeline("disable").returncode == 0

@@ -87,4 +87,4 @@ async def test_dev_router_passes_the_full_path_and_adds_params_to_the_query(tmp_
         assert static.text == "<h1>demo</h1>" and static.headers["content-type"].startswith("text/html")
         missing = await client.get("/api/none")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
-        assert (await client.get("/../pyproject.toml")).status_code == 404
+        assert (await client.get("/../requirements.txt")).status_code == 404

@@ -10,10 +10,12 @@ import pytest
 from starlette.types import ASGIApp
 
 from lib.auth.gates import QUEUE_MESSAGE_HMAC
+from lib.bundle import bundle_relative_path
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
 from lib.queues.client import queue_client
 from lib.queues.consumer import ConsumerOptions, create_rss_consumer, retry_delay_seconds
+from lib.queues.consumer_names import vercel_consumer_name
 from lib.queues.publish import RssMessageMetadata, publish_rss_message
 from lib.queues.signing import sign_message
 from lib.queues.topics import dlq_topic, wire_topic
@@ -22,6 +24,7 @@ from tests.support.queue import EmbeddedQueue, embedded_queue
 TOPIC = "rss.cluster"  # a reserved stage's topic, reused here with test handlers
 WIRE = wire_topic(TOPIC)
 PATH = "/consume"
+CONSUMER = vercel_consumer_name(bundle_relative_path(__file__))
 calls: list[tuple[str, int]] = []
 failures_left = {"count": 0}
 
@@ -34,7 +37,7 @@ async def flaky(message: dict, metadata: RssMessageMetadata) -> None:
 
 
 def consumer_app(max_attempts: int = 5) -> ASGIApp:
-    receive = create_rss_consumer(TOPIC, flaky, ConsumerOptions(max_attempts=max_attempts))
+    receive = create_rss_consumer(TOPIC, flaky, ConsumerOptions(max_attempts=max_attempts), module_file=__file__)
     return function_app(route(PATH, POST=guarded(QUEUE_MESSAGE_HMAC, receive)))
 
 
@@ -54,7 +57,7 @@ def error_lines(err: str) -> list[dict]:
 async def test_a_signed_message_runs_once_and_is_acknowledged(queue: EmbeddedQueue) -> None:
     app = consumer_app()
     assert await publish_rss_message(TOPIC, {"batchId": "b1", "sourceId": "all-sources"}) == "queued"
-    [response] = await queue.push(WIRE, app, PATH)
+    [response] = await queue.push(WIRE, app, PATH, CONSUMER)
     assert response.status_code == 200
     assert calls == [("b1", 1)]
     [message] = queue.messages(WIRE)
@@ -66,9 +69,9 @@ async def test_a_delivery_after_success_does_no_work(queue: EmbeddedQueue) -> No
     signed = sign_message({"batchId": "b2", "sourceId": "all-sources"})
     client = queue_client()
     await client.send(WIRE, signed)
-    await queue.push(WIRE, app, PATH)
+    await queue.push(WIRE, app, PATH, CONSUMER)
     await client.send(WIRE, signed)  # the captured message, replayed
-    [replayed] = await queue.push(WIRE, app, PATH)
+    [replayed] = await queue.push(WIRE, app, PATH, CONSUMER)
     assert replayed.status_code == 200
     assert calls == [("b2", 1)]
     assert all(message.acknowledged for message in queue.messages(WIRE))
@@ -78,10 +81,10 @@ async def test_a_failed_run_is_retried_with_backoff_and_runs_again(queue: Embedd
     app = consumer_app()
     failures_left["count"] = 1
     await publish_rss_message(TOPIC, {"batchId": "b3"})
-    await queue.push(WIRE, app, PATH)
-    assert await queue.push(WIRE, app, PATH) == []  # not visible before the backoff
+    await queue.push(WIRE, app, PATH, CONSUMER)
+    assert await queue.push(WIRE, app, PATH, CONSUMER) == []  # not visible before the backoff
     queue.advance(retry_delay_seconds(1))
-    await queue.push(WIRE, app, PATH)
+    await queue.push(WIRE, app, PATH, CONSUMER)
     assert calls == [("b3", 1), ("b3", 2)]
     assert queue.messages(WIRE)[0].acknowledged
 
@@ -93,12 +96,12 @@ async def test_a_handler_that_always_fails_ends_on_the_dlq_once(
     failures_left["count"] = 99
     await publish_rss_message(TOPIC, {"batchId": "b4"})
     for delivery in range(1, 4):
-        [response] = await queue.push(WIRE, app, PATH)
+        [response] = await queue.push(WIRE, app, PATH, CONSUMER)
         assert response.status_code == 200
         if delivery < 3:
             # The spec's backoff: invisible until min(300, 2 ** delivery_count) seconds have passed.
             queue.advance(retry_delay_seconds(delivery) - 0.5)
-            assert await queue.push(WIRE, app, PATH) == []
+            assert await queue.push(WIRE, app, PATH, CONSUMER) == []
             queue.advance(0.5)
     assert [count for _, count in calls] == [1, 2, 3]
     assert queue.messages(WIRE)[0].acknowledged
@@ -107,7 +110,7 @@ async def test_a_handler_that_always_fails_ends_on_the_dlq_once(
     assert (dead["originalTopic"], dead["deliveryCount"]) == (TOPIC, 3)
     assert dead["originalMessageId"] == queue.messages(WIRE)[0].message_id
     assert "transient failure" in dead["errorMessage"] and len(dead["errorMessage"]) <= 500
-    assert await queue.push(WIRE, app, PATH) == []
+    assert await queue.push(WIRE, app, PATH, CONSUMER) == []
     assert len(error_lines(capsys.readouterr().err)) == 3  # one per failed delivery
 
 
@@ -127,7 +130,7 @@ async def test_forged_messages_are_acknowledged_without_work(
     app = consumer_app()
     forged = FORGERIES[forgery](sign_message({"batchId": "b5", "sourceId": "all-sources"}))
     await queue_client().send(WIRE, forged)
-    [response] = await queue.push(WIRE, app, PATH)
+    [response] = await queue.push(WIRE, app, PATH, CONSUMER)
     assert response.status_code == 200
     assert calls == []
     assert queue.messages(WIRE)[0].acknowledged

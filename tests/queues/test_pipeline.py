@@ -8,10 +8,11 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from vercel.headers import HeadersContext
 
 from lib.platform.flags import set_feature_flag
 from lib.queues import publish as publish_module
-from lib.queues.client import get_queue_region, is_queues_provisioned
+from lib.queues.client import QueueNotProvisioned, get_queue_region, is_queues_provisioned, uses_queue_service
 from lib.queues.consumer import retry_delay_seconds
 from lib.queues.publish import idempotency_key, publish_rss_aggregation_refresh, publish_rss_message
 from lib.queues.signing import verify_message
@@ -22,6 +23,9 @@ from tests.support.queue import EmbeddedQueue, embedded_queue
 
 INGEST = load_api_app("api/queues/rss/ingest.py")
 ENRICH = load_api_app("api/queues/rss/enrich.py")
+# The names `vercel build` writes into each consumer's .vc-config.json (CONTRACTS §5).
+INGEST_CONSUMER, ENRICH_CONSUMER = "api_Squeues_Srss_Singest_Dpy", "api_Squeues_Srss_Senrich_Dpy"
+NO_QUEUE_TOKEN = {"VERCEL": None, "VERCEL_OIDC_TOKEN": None, "VERCEL_QUEUE_API_TOKEN": None, "VERCEL_QUEUE_TOKEN": None}
 
 
 @pytest.fixture
@@ -32,12 +36,34 @@ def queue(set_env, redis) -> Iterator[EmbeddedQueue]:
 
 
 def test_provisioning_and_region(set_env) -> None:
-    set_env(VERCEL_OIDC_TOKEN=None, VERCEL_QUEUE_API_TOKEN=None, VERCEL_REGION=None)
-    assert not is_queues_provisioned() and get_queue_region() == "iad1"
+    set_env(**NO_QUEUE_TOKEN, VERCEL_REGION=None)
+    assert not is_queues_provisioned() and not uses_queue_service() and get_queue_region() == "iad1"
     set_env(VERCEL_OIDC_TOKEN="  ")
     assert not is_queues_provisioned()
     set_env(VERCEL_OIDC_TOKEN="oidc", VERCEL_REGION="arn1")
     assert is_queues_provisioned() and get_queue_region() == "arn1"
+    for variable in ("VERCEL_QUEUE_API_TOKEN", "VERCEL_QUEUE_TOKEN"):
+        set_env(**{**NO_QUEUE_TOKEN, variable: "token"})
+        assert is_queues_provisioned(), variable
+
+
+def test_on_vercel_the_token_of_the_request_provisions_the_queue(set_env) -> None:
+    request_headers = HeadersContext({"x-vercel-oidc-token": "header.oidc.token"})
+    set_env(**NO_QUEUE_TOKEN)
+    with request_headers.use():
+        assert not is_queues_provisioned()  # off the platform a request header is not a credential
+    set_env(VERCEL="1")
+    assert not is_queues_provisioned() and uses_queue_service()
+    with request_headers.use():
+        assert is_queues_provisioned()
+    with HeadersContext({"x-vercel-oidc-token": " "}).use():
+        assert not is_queues_provisioned()
+
+
+async def test_on_vercel_without_any_token_publishing_raises(db, set_env) -> None:
+    set_env(**{**NO_QUEUE_TOKEN, "VERCEL": "1", "ERMIS_QUEUE_SIGNING_SECRET": "s"})
+    with pytest.raises(QueueNotProvisioned, match="x-vercel-oidc-token"):
+        await publish_rss_message("rss.cluster", {"batchId": "c-0"})
 
 
 def test_idempotency_key_has_the_spec_form() -> None:
@@ -64,7 +90,7 @@ async def test_the_ingest_consumer_builds_the_global_catalog_when_the_flag_is_on
     await set_catalog(db, "default", [feed_server.url("w")])
     await set_feature_flag("rssQueuePipeline", True)
     await publish_rss_aggregation_refresh()
-    [response] = await queue.push("rss-ingest", INGEST, "/api/queues/rss/ingest")
+    [response] = await queue.push("rss-ingest", INGEST, "/api/queues/rss/ingest", INGEST_CONSUMER)
     assert response.status_code == 200
     assert feed_server.fetches["w"] == 1
     assert "running aggregation refresh batch=" in capsys.readouterr().err
@@ -77,7 +103,7 @@ async def test_a_message_in_flight_when_the_flag_goes_off_is_acked_without_a_bui
     feed_server.feeds["w"] = rss("W", [("Earthquake in Chile", "https://w/1", "Big.")])
     await set_catalog(db, "default", [feed_server.url("w")])
     await publish_rss_aggregation_refresh()  # published while on; the flag is off at delivery
-    [response] = await queue.push("rss-ingest", INGEST, "/api/queues/rss/ingest")
+    [response] = await queue.push("rss-ingest", INGEST, "/api/queues/rss/ingest", INGEST_CONSUMER)
     assert response.status_code == 200
     assert feed_server.total_fetches() == 0
     assert queue.messages("rss-ingest")[0].acknowledged
@@ -88,7 +114,7 @@ async def test_a_reserved_stage_fails_loudly_and_ends_on_its_dlq(
 ) -> None:
     await publish_rss_message("rss.enrich", {"batchId": "e-1", "sourceId": "s", "feedUrl": "https://f"})
     for delivery in range(1, 6):
-        await queue.push("rss-enrich", ENRICH, "/api/queues/rss/enrich")
+        await queue.push("rss-enrich", ENRICH, "/api/queues/rss/enrich", ENRICH_CONSUMER)
         queue.advance(retry_delay_seconds(delivery))
     [dead] = queue.payloads("rss-enrich-dlq")
     assert dead["deliveryCount"] == 5 and dead["originalTopic"] == "rss.enrich"
@@ -105,7 +131,7 @@ async def test_the_queue_view_shows_dead_letters_and_the_other_backlogs(db, queu
 
     await publish_rss_message("rss.enrich", {"batchId": "e-2"})
     for delivery in range(1, 6):
-        await queue.push("rss-enrich", ENRICH, "/api/queues/rss/enrich")
+        await queue.push("rss-enrich", ENRICH, "/api/queues/rss/enrich", ENRICH_CONSUMER)
         queue.advance(retry_delay_seconds(delivery))
     await enqueue_ai_ledger_retry({"id": "u-1"})
     await db.execute("INSERT INTO ai_usage_metering_outbox (event, status, attempt_count) VALUES ('{}', 'failed', 5)")
@@ -127,7 +153,7 @@ async def test_the_queue_view_shows_dead_letters_and_the_other_backlogs(db, queu
 async def test_unprovisioned_publishing_dispatches_in_process_or_drops(
     db, set_env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    set_env(ERMIS_QUEUE_SIGNING_SECRET="s", VERCEL_OIDC_TOKEN=None, VERCEL_QUEUE_API_TOKEN=None)
+    set_env(**NO_QUEUE_TOKEN, ERMIS_QUEUE_SIGNING_SECRET="s")
     seen: list[tuple[dict, int]] = []
 
     async def handler(message: dict, metadata) -> None:
@@ -147,10 +173,23 @@ async def test_unprovisioned_publishing_dispatches_in_process_or_drops(
 async def test_an_unprovisioned_consumer_route_answers_204(db, set_env) -> None:
     from tests.support.functions import client_for
 
-    set_env(VERCEL_OIDC_TOKEN=None, VERCEL_QUEUE_API_TOKEN=None)
+    set_env(**NO_QUEUE_TOKEN)
     async with client_for(INGEST) as client:
         response = await client.post("/api/queues/rss/ingest", content=b"{}")
     assert response.status_code == 204
+
+
+async def test_a_push_for_another_consumer_name_is_refused_and_logged(
+    db, queue: EmbeddedQueue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await publish_rss_aggregation_refresh()
+    [response] = await queue.push("rss-ingest", INGEST, "/api/queues/rss/ingest", "rss-ingest")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "consumer_mismatch"
+    assert INGEST_CONSUMER in error["message"] and "names rss-ingest" in error["message"]
+    assert "push for another consumer" in capsys.readouterr().err
+    assert not queue.messages("rss-ingest")[0].acknowledged
 
 
 def test_a_reserved_consumer_does_not_load_the_aggregation_build_at_cold_start() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from lib.streams.feed import shared_watermarks
 from tests.support.auth import session_headers
+from tests.support.catalogs import add_draft
 from tests.support.functions import client_for, load_api_app
 from tests.support.servers import serve_in_thread
 from tests.support.sse import capture_sse
@@ -39,14 +40,6 @@ def feed_url(fast_streams) -> Iterator[str]:
 def story_base(fast_streams) -> Iterator[str]:
     with serve_in_thread(STORY_EVENTS) as url:
         yield url
-
-
-async def add_draft(db, tenant: str, story: str, phase: str = "synthesized", status: str = "review") -> None:
-    await db.execute(
-        "INSERT INTO editorial_story_drafts (id, tenant_scope_id, story_id, headline, status, phase)"
-        " VALUES (%s, %s, %s, %s, %s, %s)",
-        (f"{tenant}:{story}", tenant, story, f"Headline {story}", status, phase),
-    )
 
 
 async def test_feed_stream_sends_the_watermark_when_it_moves(db, feed_url: str, mint_token: Callable[..., str]) -> None:
@@ -150,3 +143,13 @@ async def test_rest_fallbacks(db, mint_token: Callable[..., str]) -> None:
         story = (await client.get("/api/stories/s1", headers=member)).json()
         assert story["phase"]["status"] == "review"
         assert (await client.get("/api/stories/s2", headers=member)).status_code == 404
+
+
+async def test_the_story_id_comes_from_the_query_first_then_the_path(db, mint_token: Callable[..., str]) -> None:
+    """Vercel rewrites /api/stories/s1 to /api/stories/[storyId]?storyId=s1; either path may arrive."""
+    await add_draft(db, "org_a", "s1")
+    member = session_headers(mint_token(org_id="org_a", org_role="org:member"))
+    async with client_for(load_api_app("api/stories/[storyId]/index.py")) as client:
+        for path in ("/api/stories/s1", "/api/stories/%5BstoryId%5D?storyId=s1", "/api/stories/s2?storyId=s1"):
+            response = await client.get(path, headers=member)
+            assert response.status_code == 200 and response.json()["story"]["storyId"] == "s1", path

@@ -1,4 +1,4 @@
-"""Catalogs and tenants in the real database, for aggregation tests and benchmarks."""
+"""Catalogs, tenants and drafts in the real database, for aggregation and stream tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -23,4 +23,14 @@ async def add_tenant(
         "INSERT INTO newsroom_profiles (tenant_scope_id, status, source_set_key, content_locale)"
         " VALUES (%s, %s, %s, %s)",
         (tenant, status, catalog, locale),
+    )
+
+
+async def add_draft(
+    db: psycopg.AsyncConnection, tenant: str, story: str, phase: str = "synthesized", status: str = "review"
+) -> None:
+    await db.execute(
+        "INSERT INTO editorial_story_drafts (id, tenant_scope_id, story_id, headline, status, phase)"
+        " VALUES (%s, %s, %s, %s, %s, %s)",
+        (f"{tenant}:{story}", tenant, story, f"Headline {story}", status, phase),
     )

@@ -29,11 +29,12 @@ class EmbeddedQueue:
     def advance(self, seconds: float) -> None:
         self.server.state.shift(seconds)
 
-    async def push(self, wire_topic: str, app: ASGIApp, path: str) -> list[httpx.Response]:
-        """Deliver every visible message of the topic to the route, as Vercel's push would."""
+    async def push(self, wire_topic: str, app: ASGIApp, path: str, consumer: str) -> list[httpx.Response]:
+        """Deliver every visible message of the topic to the route as ``consumer``, as Vercel's
+        push would."""
         responses = []
         async with client_for(app) as client:
-            for delivery in self.server.iter_push_deliveries(wire_topic, wire_topic):
+            for delivery in self.server.iter_push_deliveries(wire_topic, consumer):
                 responses.append(await client.post(path, content=delivery.body, headers=delivery.headers))
         return responses
 

@@ -7,5 +7,7 @@ from lib.queues.consumer import create_rss_consumer
 from lib.queues.reserved import not_implemented
 from lib.queues.topics import RSS_QUEUE_TOPICS
 
-receive = create_rss_consumer(RSS_QUEUE_TOPICS["enrich"], not_implemented(RSS_QUEUE_TOPICS["enrich"]))
+receive = create_rss_consumer(
+    RSS_QUEUE_TOPICS["enrich"], not_implemented(RSS_QUEUE_TOPICS["enrich"]), module_file=__file__
+)
 app = function_app(route("/api/queues/rss/enrich", POST=guarded(QUEUE_MESSAGE_HMAC, receive)))

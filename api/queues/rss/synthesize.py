@@ -7,5 +7,7 @@ from lib.queues.consumer import create_rss_consumer
 from lib.queues.reserved import not_implemented
 from lib.queues.topics import RSS_QUEUE_TOPICS
 
-receive = create_rss_consumer(RSS_QUEUE_TOPICS["synthesize"], not_implemented(RSS_QUEUE_TOPICS["synthesize"]))
+receive = create_rss_consumer(
+    RSS_QUEUE_TOPICS["synthesize"], not_implemented(RSS_QUEUE_TOPICS["synthesize"]), module_file=__file__
+)
 app = function_app(route("/api/queues/rss/synthesize", POST=guarded(QUEUE_MESSAGE_HMAC, receive)))
