@@ -1,6 +1,7 @@
 """The dev server's router: every ``api/`` function behind one ASGI app, routed as Vercel does.
 
-Each function file is imported once (by path: ``[storyId]`` is not a valid module name) and
+Each function file is imported once, by path and under the module name Vercel's bootstrap
+gives it (``api.stories.[storyId].events``: not importable by name, hence by path), and
 its ``app`` receives the request unchanged, full path included, with dynamic segments also in
 the query string — what the function sees on Vercel. As Vercel's runtime does, the request's
 headers are put into ``vercel.headers``' context for the call, where the SDKs read them.
@@ -25,8 +26,14 @@ from lib.http.errors import error_response
 from lib.local.routing import FunctionRoute, discover_routes, resolve
 
 
+def function_module_name(relative_file: str) -> str:
+    """``api/stories/[storyId]/events.py`` → ``api.stories.[storyId].events``, as ``vercel build``
+    writes ``__VC_HANDLER_MODULE_NAME`` (compared in the deployment stage)."""
+    return relative_file.removesuffix(".py").replace("/", ".")
+
+
 def load_function_module(project_root: Path, route: FunctionRoute) -> ModuleType:
-    module_name = "ermis_fn_" + "".join(c if c.isalnum() else "_" for c in route.file)
+    module_name = function_module_name(route.file)
     spec = importlib.util.spec_from_file_location(module_name, project_root / route.file)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {route.file}")

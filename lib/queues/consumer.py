@@ -80,8 +80,8 @@ async def _remember_batch_done(topic: str, batch_id: str) -> None:
 
 
 class _Consumer:
-    """One per topic per process; re-creating a consumer (a module loaded twice) swaps the
-    handler instead of registering a second, overlapping subscription."""
+    """One per (topic, consumer name) per process; re-creating a consumer (a module loaded
+    twice) swaps the handler instead of registering a second, overlapping subscription."""
 
     def __init__(self, topic: str, name: str, handler: RssHandler, options: ConsumerOptions) -> None:
         self.topic, self.name, self.handler, self.options = topic, name, handler, options
@@ -144,6 +144,7 @@ def _consumer_for(topic: str, name: str, handler: RssHandler, options: ConsumerO
         await consumer.on_delivery(message)
 
     deliver.__name__ = f"deliver_{name}"
+    # Already Vercel's name: a plain str would be sanitised again (every "_" doubled).
     consumer.subscriber = subscribe(deliver, topic=wire_topic(topic), consumer_group=SanitizedName(name))
     return consumer
 

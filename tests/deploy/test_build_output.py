@@ -14,6 +14,7 @@ import pytest
 from lib.bundle import PROJECT_ROOT, read_vercel_config
 from lib.local.queue_bridge import queue_triggers
 from lib.local.routing import discover_routes, resolve
+from lib.local.server import function_module_name
 from lib.queues.consumer_names import vercel_consumer_name
 from tests.support.vercel_build import BuildOutput, normalise_distribution
 
@@ -50,6 +51,15 @@ def test_every_function_vendors_the_runtime_pins_and_no_development_file(vercel_
     shipped = [path for path in function.file_path_map if path.startswith(DEVELOPMENT_ONLY)]
     assert not shipped, f"{file} ships development files: {shipped[:5]}"
     assert file in function.file_path_map and "lib/bundle.py" in function.file_path_map
+
+
+@pytest.mark.parametrize("file", API_FILES)
+def test_the_dev_server_loads_each_function_as_vercels_bootstrap_does(vercel_output: BuildOutput, file: str) -> None:
+    handler = (vercel_output.function_for_file(file).directory / "vc__handler__python.py").read_text()
+    settings = dict(re.findall(r'"(__VC_HANDLER_[A-Z_]+)": "([^"]*)"', handler))
+    assert settings["__VC_HANDLER_ENTRYPOINT"] == file
+    assert settings["__VC_HANDLER_MODULE_NAME"] == function_module_name(file)
+    assert settings["__VC_HANDLER_VARIABLE_NAME"] == "app"
 
 
 def test_the_five_crons(vercel_output: BuildOutput) -> None:

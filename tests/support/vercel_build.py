@@ -106,8 +106,9 @@ def upload_copy(source: Path, destination: Path) -> Path:
     return destination
 
 
-def run_vercel_build(project: Path) -> str:
-    """``vercel build --yes`` in ``project`` (a copy); returns the CLI's output."""
+def run_vercel_build(project: Path, build_env: dict[str, str] | None = None) -> str:
+    """``vercel build --yes`` in ``project`` (a copy), with ``build_env`` as the project's build
+    environment; returns the CLI's output."""
     cli, uv_dir, python = _vercel_cli(), _uv_dir(), python312()
     (project / ".vercel").mkdir(exist_ok=True)
     (project / ".vercel" / "project.json").write_text(json.dumps(PROJECT_JSON))
@@ -119,6 +120,7 @@ def run_vercel_build(project: Path) -> str:
         **os.environ,
         "PATH": os.pathsep.join([str(uv_dir), str(python.parent), os.environ.get("PATH", "")]),
         "VERCEL_TELEMETRY_DISABLED": "1",
+        **(build_env or {}),
     }
     for variable in ("VIRTUAL_ENV", "PYTHONPATH", "UV_CACHE_DIR"):
         env.pop(variable, None)
@@ -193,7 +195,7 @@ class BuildOutput:
         return self.functions[file.removesuffix(".py")]
 
 
-def build_bundle(source: Path, workdir: Path) -> BuildOutput:
+def build_bundle(source: Path, workdir: Path, build_env: dict[str, str] | None = None) -> BuildOutput:
     """Copy ``source`` to ``workdir`` and build it as Vercel would."""
     project = upload_copy(source, workdir)
-    return BuildOutput(project, run_vercel_build(project))
+    return BuildOutput(project, run_vercel_build(project, build_env))
