@@ -49,8 +49,17 @@ def run_after_response(work: Work, on_error: ErrorSink | None = None) -> None:
 
 
 async def wait_for_detached_work() -> None:
-    while _detached:
-        await asyncio.gather(*list(_detached), return_exceptions=True)
+    """Await the detached work of this event loop, including work it starts meanwhile.
+
+    A task that finished, or that belongs to another (closed) loop, is dropped rather than
+    awaited: its done-callback may never run, and awaiting it again would spin for ever."""
+    loop = asyncio.get_running_loop()
+    while True:
+        for task in [task for task in _detached if task.done() or task.get_loop() is not loop]:
+            _detached.discard(task)
+        if not _detached:
+            return
+        await asyncio.wait(list(_detached))
 
 
 async def _run_deferred(deferred: _Deferred) -> None:

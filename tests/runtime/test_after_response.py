@@ -96,3 +96,26 @@ async def test_outside_a_request_the_work_runs_detached() -> None:
     assert done == []
     await wait_for_detached_work()
     assert done == ["ran"]
+
+
+async def test_waiting_ignores_a_finished_task_whose_callback_never_ran_and_other_loops_tasks() -> None:
+    """The hang seen on a cold first run: a finished task still in the detached set."""
+    import threading
+
+    from lib.runtime import after_response
+
+    finished = asyncio.get_running_loop().create_task(asyncio.sleep(0))
+    await finished  # done, but never discarded: as when its loop stopped before the callback ran
+    stranded: list[asyncio.Future] = []
+
+    def strand_a_task_on_a_closed_loop() -> None:
+        other = asyncio.new_event_loop()
+        stranded.append(other.create_future())  # pending for ever: its loop is gone
+        other.close()
+
+    worker = threading.Thread(target=strand_a_task_on_a_closed_loop)
+    worker.start()
+    worker.join()
+    after_response._detached.update({finished, *stranded})
+    await asyncio.wait_for(wait_for_detached_work(), timeout=5)
+    assert not after_response._detached
