@@ -28,6 +28,7 @@ class Settings(BaseSettings):
     cron_secret: SecretStr | None = None
     ermis_queue_signing_secret: SecretStr | None = None
     ermis_queue_signing_secret_next: SecretStr | None = None
+    ermis_queue_legacy_signatures_until: str | None = None
     vercel: str | None = None
     vercel_oidc_token: SecretStr | None = None
     vercel_queue_api_token: SecretStr | None = None

@@ -43,6 +43,7 @@ TABLES = (
     "newsroom_profiles",
     "feature_flag_values",
     "queue_dead_letters",
+    "queue_batch_claims",
 )
 
 _given_database_url = os.environ.pop("DATABASE_URL", None)

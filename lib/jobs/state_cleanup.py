@@ -5,7 +5,9 @@ of several kB each) accumulated. Daily at 03:00 this deletes:
 
 1. ``platform_state`` rows whose ``expires_at`` has passed;
 2. ``platform_state_hash`` rows under ``platform:ai-envelope-threshold-firings:`` not updated
-   for ``THRESHOLD_FIRING_RETENTION_DAYS`` (90).
+   for ``THRESHOLD_FIRING_RETENTION_DAYS`` (90);
+3. queue batch claims done more than ``lib.queues.claims.DONE_RETENTION_DAYS`` (8) ago
+   (``deletedBatchClaims``, an added field).
 
 Deletion runs in batches of ``CLEANUP_BATCH_SIZE`` rows, each its own short transaction, so a
 backlog of millions never holds one long lock or one huge WAL burst. As the spec says, this
@@ -14,6 +16,7 @@ route catches its own errors and answers the typed 500 itself.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from lib.clock import iso_timestamp
 from lib.db.state_store import delete_expired_state_batch, delete_stale_hash_records_batch
 from lib.http.errors import internal_error_response
+from lib.queues.claims import prune_done_claims_batch
 
 ROUTE = "/api/admin/state/cleanup"
 CLEANUP_BATCH_SIZE = 5_000
@@ -30,25 +34,25 @@ THRESHOLD_FIRING_RETENTION_DAYS = 90
 THRESHOLD_FIRING_HASH_PREFIX = "platform:ai-envelope-threshold-firings:"
 
 
-async def cleanup_platform_state(batch_size: int = CLEANUP_BATCH_SIZE) -> dict[str, Any]:
+async def _delete_in_batches(delete_batch: Callable[[int], Awaitable[int]], batch_size: int) -> int:
     deleted = 0
     while True:
-        removed = await delete_expired_state_batch(batch_size)
+        removed = await delete_batch(batch_size)
         deleted += removed
         if removed < batch_size:
-            break
+            return deleted
 
+
+async def cleanup_platform_state(batch_size: int = CLEANUP_BATCH_SIZE) -> dict[str, Any]:
     retention = timedelta(days=THRESHOLD_FIRING_RETENTION_DAYS)
-    deleted_hash_records = 0
-    while True:
-        removed = await delete_stale_hash_records_batch(THRESHOLD_FIRING_HASH_PREFIX, retention, batch_size)
-        deleted_hash_records += removed
-        if removed < batch_size:
-            break
+
+    async def delete_stale_firings(size: int) -> int:
+        return await delete_stale_hash_records_batch(THRESHOLD_FIRING_HASH_PREFIX, retention, size)
 
     return {
-        "deleted": deleted,
-        "deletedHashRecords": deleted_hash_records,
+        "deleted": await _delete_in_batches(delete_expired_state_batch, batch_size),
+        "deletedHashRecords": await _delete_in_batches(delete_stale_firings, batch_size),
+        "deletedBatchClaims": await _delete_in_batches(prune_done_claims_batch, batch_size),
         "processedAt": iso_timestamp(),
     }
 

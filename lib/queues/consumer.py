@@ -4,13 +4,14 @@ A push delivery is a POST whose body is the message and whose ``ce-*`` headers a
 CloudEvent metadata. The route hands both to ``vercel-queue``'s ``accept_and_handle``, which
 leases the message and calls the subscriber registered here for the topic. The subscriber:
 
-1. verifies the message HMAC — a forged message is logged (``log_server_error`` with the
-   message id and delivery count) and acknowledged: retrying it is pointless and would only
-   mirror attacker payloads into the DLQ;
-2. skips a batch that already ran successfully (remembered in Redis for
-   ``DONE_BATCH_TTL_SECONDS``, longer than the queue's 7-day retention), so a replayed or
-   duplicated delivery does no work twice, while a redelivery after a failure runs again;
-3. runs the handler; an error is logged, and the message retried after
+1. verifies the message (``signing.message_rejection``): a forged, expired or old-format
+   message is logged (``log_server_error`` with the reason, message id and delivery count) and
+   acknowledged — retrying it is pointless and would only mirror attacker payloads into the DLQ;
+2. claims the batch (``claims``) before running it: a batch that already ran is acknowledged
+   without work; one that another delivery is running now comes back when that lease ends
+   (``RetryAfter``, not counted as a failure) — so duplicates and replays do the work once,
+   while a redelivery after a failure runs again;
+3. runs the handler; an error releases the claim, is logged, and the message is retried after
    ``min(300, 2 ** delivery_count)`` seconds (``RetryAfter``) — or, on the last of
    ``max_attempts`` deliveries, mirrored to ``<topic>-dlq`` (the send awaited, so the record
    cannot die with the instance), recorded in ``queue_dead_letters`` for the operators'
@@ -28,7 +29,10 @@ fails loudly (``QueueNotProvisioned``).
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -40,16 +44,14 @@ from lib.clock import iso_timestamp
 from lib.http.errors import error_response
 from lib.http.routing import Handler
 from lib.observability import describe_error, log_server_error
+from lib.queues.claims import BatchClaim, claim_batch, finish_batch
 from lib.queues.client import queue_client, uses_queue_service
 from lib.queues.consumer_names import vercel_consumer_name
 from lib.queues.dead_letters import record_dead_letter
 from lib.queues.publish import RssHandler, RssMessageMetadata, register_rss_in_process_handler
-from lib.queues.signing import verify_message
+from lib.queues.signing import message_rejection
 from lib.queues.topics import dlq_topic, wire_topic
-from lib.redis.client import get_redis
-from lib.redis.commands import execute_command
 
-DONE_BATCH_TTL_SECONDS = 8 * 24 * 3600
 MAX_RETRY_DELAY_SECONDS = 300
 DLQ_ERROR_MESSAGE_CHARS = 500
 
@@ -64,19 +66,13 @@ def retry_delay_seconds(delivery_count: int) -> int:
     return min(MAX_RETRY_DELAY_SECONDS, 2**delivery_count)
 
 
-def _done_key(topic: str, batch_id: str) -> str:
-    return f"queues:rss:done:{topic}:{batch_id}"
+class BatchHeldElsewhere(Exception):
+    """Another delivery holds this batch's claim; come back when its lease ends."""
 
-
-async def _batch_done(topic: str, batch_id: str) -> bool:
-    client = get_redis()
-    return bool(client is not None and batch_id and await execute_command(client, "EXISTS", _done_key(topic, batch_id)))
-
-
-async def _remember_batch_done(topic: str, batch_id: str) -> None:
-    client = get_redis()
-    if client is not None and batch_id:
-        await execute_command(client, "SET", _done_key(topic, batch_id), iso_timestamp(), "EX", DONE_BATCH_TTL_SECONDS)
+    def __init__(self, claim: BatchClaim) -> None:
+        super().__init__(f"batch {claim.batch_id} is running under another delivery")
+        remaining = (claim.lease_until - datetime.now(UTC)).total_seconds() if claim.lease_until else 1
+        self.retry_after_seconds = max(1, min(MAX_RETRY_DELAY_SECONDS, math.ceil(remaining)))
 
 
 class _Consumer:
@@ -89,21 +85,33 @@ class _Consumer:
         self.subscriber: Any = None
 
     async def process(self, payload: Any, metadata: RssMessageMetadata) -> bool:
-        """Verify and run once per batch; False when the message was rejected."""
+        """Verify, claim and run once per batch; False when the message was rejected."""
         context = f"queues:{self.topic}"
-        if not verify_message(payload):
+        rejection = message_rejection(payload)
+        if rejection is not None:
             log_server_error(
                 context,
-                "rejected a message with an invalid signature",
+                f"rejected a message: {rejection}",
                 messageId=metadata.message_id,
                 deliveryCount=metadata.delivery_count,
             )
             return False
         batch_id = str(payload.get("batchId") or "")
-        if await _batch_done(self.topic, batch_id):
+        if not batch_id:
+            await self.handler(payload, metadata)
             return True
-        await self.handler(payload, metadata)
-        await _remember_batch_done(self.topic, batch_id)
+        claim = await claim_batch(self.topic, batch_id, self.options.visibility_timeout_seconds)
+        if claim.state == "done":
+            sys.stderr.write(f"[{context}] batch={batch_id} already ran; acknowledged without work\n")
+            return True
+        if claim.state == "held":
+            raise BatchHeldElsewhere(claim)
+        try:
+            await self.handler(payload, metadata)
+        except BaseException:
+            await _release(claim)
+            raise
+        await finish_batch(claim, succeeded=True)
         return True
 
     async def on_delivery(self, message: Message[dict[str, object]]) -> None:
@@ -112,6 +120,8 @@ class _Consumer:
         )
         try:
             await self.process(message.payload, metadata)
+        except BatchHeldElsewhere as held:
+            raise RetryAfter(held.retry_after_seconds) from None
         except Exception as error:
             log_server_error(
                 f"queues:{self.topic}", error, messageId=metadata.message_id, deliveryCount=metadata.delivery_count
@@ -127,6 +137,14 @@ class _Consumer:
             }
             await queue_client().send(dlq_topic(self.topic), dead_letter)
             await record_dead_letter(dead_letter, message.payload)
+
+
+async def _release(claim: BatchClaim) -> None:
+    # If the database is down too, the lease simply expires and the batch becomes claimable.
+    try:
+        await finish_batch(claim, succeeded=False)
+    except Exception as error:  # noqa: BLE001 - the handler's own error is the one to report
+        log_server_error("queues:claims", error, batchId=claim.batch_id)
 
 
 _consumers: dict[tuple[str, str], _Consumer] = {}

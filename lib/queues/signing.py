@@ -13,6 +13,13 @@ Verification compares with ``hmac.compare_digest`` after a length check (64 hex 
 accepts ``ERMIS_QUEUE_SIGNING_SECRET_NEXT`` too (key rotation: deploy the new key as NEXT,
 switch producers, then promote it), and fails closed: with no secret, nothing verifies and
 ``sign_message`` raises.
+
+Replay defence (as Stripe and QStash sign a timestamp): ``sign_message`` adds ``signedAt``
+(milliseconds since the epoch) to the message, so the time is inside the signature, and a
+message signed more than ``MAX_MESSAGE_AGE_S`` ago (the queue's 24 h maximum retention plus
+``CLOCK_SKEW_S``) or more than ``CLOCK_SKEW_S`` in the future is refused. Messages of the
+previous format (no ``signedAt``) verify only while ``ERMIS_QUEUE_LEGACY_SIGNATURES_UNTIL`` (an
+ISO instant) is in the future: set it to the deploy time plus 24 h for the rollout, then drop it.
 """
 
 from __future__ import annotations
@@ -21,11 +28,17 @@ import hashlib
 import hmac
 import json
 import re
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 from lib.settings import get_settings, secret_or_none
 
 SIGNATURE_FIELD = "signature"
+SIGNED_AT_FIELD = "signedAt"
+QUEUE_MAX_RETENTION_S = 24 * 3600
+CLOCK_SKEW_S = 300
+MAX_MESSAGE_AGE_S = QUEUE_MAX_RETENTION_S + CLOCK_SKEW_S
 _HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -74,24 +87,55 @@ def _secrets() -> list[str]:
     ]
 
 
-def sign_message(message: dict[str, Any]) -> dict[str, Any]:
+def sign_message(message: dict[str, Any], signed_at_ms: int | None = None) -> dict[str, Any]:
     secret = secret_or_none(get_settings().ermis_queue_signing_secret)
     if secret is None:
         raise SigningSecretMissing()
     unsigned = {key: value for key, value in message.items() if key != SIGNATURE_FIELD}
+    unsigned[SIGNED_AT_FIELD] = int(time.time() * 1000) if signed_at_ms is None else signed_at_ms
     return {**unsigned, SIGNATURE_FIELD: signature_for(unsigned, secret)}
 
 
-def verify_message(message: Any) -> bool:
+def message_rejection(message: Any, now_s: float | None = None) -> str | None:
+    """Why a message is refused (``invalid signature``, ``expired``, ...), or ``None`` when it
+    is ours, fresh, and untampered."""
     if not isinstance(message, dict):
-        return False
+        return "invalid signature"
     presented = message.get(SIGNATURE_FIELD)
     if not isinstance(presented, str) or not _HEX_DIGEST.match(presented):
-        return False
+        return "invalid signature"
     try:
         candidates = [signature_for(message, secret) for secret in _secrets()]
     except (TypeError, ValueError):  # a field JSON cannot carry: not a message we signed
-        return False
+        return "invalid signature"
     # Check every key (no early exit), each comparison constant-time.
     matches = [hmac.compare_digest(presented.encode(), expected.encode()) for expected in candidates]
-    return any(matches)
+    if not any(matches):
+        return "invalid signature"
+    now_s = time.time() if now_s is None else now_s
+    signed_at = message.get(SIGNED_AT_FIELD)
+    if signed_at is None:
+        return None if _legacy_format_accepted(now_s) else "previous format (no signedAt) outside the rollout window"
+    if isinstance(signed_at, bool) or not isinstance(signed_at, int):
+        return "invalid signedAt"
+    age_s = now_s - signed_at / 1000
+    if age_s > MAX_MESSAGE_AGE_S:
+        return f"expired: signed {int(age_s)} s ago (limit {MAX_MESSAGE_AGE_S} s)"
+    if age_s < -CLOCK_SKEW_S:
+        return "signed in the future"
+    return None
+
+
+def verify_message(message: Any) -> bool:
+    return message_rejection(message) is None
+
+
+def _legacy_format_accepted(now_s: float) -> bool:
+    until = (get_settings().ermis_queue_legacy_signatures_until or "").strip()
+    if not until:
+        return False
+    try:
+        parsed = datetime.fromisoformat(until)
+    except ValueError:
+        return False
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp() > now_s

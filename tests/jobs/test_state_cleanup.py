@@ -34,6 +34,12 @@ async def seed(db) -> None:
         " ('platform:ai-envelope-threshold-firings:t2', 'a', '1', now() - interval '400 days'),"
         " ('platform:other:t1', 'old', '1', now() - interval '400 days')"
     )
+    await db.execute(
+        "INSERT INTO queue_batch_claims (topic, batch_id, status, claim_token, lease_until, finished_at) VALUES"
+        " ('rss.ingest', 'old-done', 'done', gen_random_uuid(), now(), now() - interval '9 days'),"
+        " ('rss.ingest', 'recent-done', 'done', gen_random_uuid(), now(), now() - interval '7 days'),"
+        " ('rss.ingest', 'old-released', 'released', gen_random_uuid(), now(), now() - interval '30 days')"
+    )
 
 
 async def remaining(db) -> tuple[list[str], list[tuple[str, str]]]:
@@ -48,8 +54,10 @@ async def test_cron_get_deletes_exactly_what_the_spec_names(db) -> None:
         response = await client.get(PATH, headers=cron_headers())
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"deleted", "deletedHashRecords", "processedAt"}
-    assert (body["deleted"], body["deletedHashRecords"]) == (2, 2)
+    assert set(body) == {"deleted", "deletedHashRecords", "deletedBatchClaims", "processedAt"}
+    assert (body["deleted"], body["deletedHashRecords"], body["deletedBatchClaims"]) == (2, 2, 1)
+    claims = await (await db.execute("SELECT batch_id FROM queue_batch_claims ORDER BY 1")).fetchall()
+    assert [row[0] for row in claims] == ["old-released", "recent-done"]  # a released batch can still run
     assert body["processedAt"].endswith("Z")
     assert await remaining(db) == (
         ["live:forever", "live:ttl"],

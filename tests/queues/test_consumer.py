@@ -3,6 +3,7 @@ deliveries to the route, retries with the spec's backoff, the DLQ, and forged me
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 
@@ -14,7 +15,7 @@ from lib.bundle import bundle_relative_path
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
 from lib.queues.client import queue_client
-from lib.queues.consumer import ConsumerOptions, create_rss_consumer, retry_delay_seconds
+from lib.queues.consumer import MAX_RETRY_DELAY_SECONDS, ConsumerOptions, create_rss_consumer, retry_delay_seconds
 from lib.queues.consumer_names import vercel_consumer_name
 from lib.queues.publish import RssMessageMetadata, publish_rss_message
 from lib.queues.signing import sign_message
@@ -27,10 +28,12 @@ PATH = "/consume"
 CONSUMER = vercel_consumer_name(bundle_relative_path(__file__))
 calls: list[tuple[str, int]] = []
 failures_left = {"count": 0}
+slow = {"seconds": 0.0}
 
 
 async def flaky(message: dict, metadata: RssMessageMetadata) -> None:
     calls.append((message["batchId"], metadata.delivery_count))
+    await asyncio.sleep(slow["seconds"])
     if failures_left["count"] > 0:
         failures_left["count"] -= 1
         raise RuntimeError("transient failure")
@@ -42,9 +45,10 @@ def consumer_app(max_attempts: int = 5) -> ASGIApp:
 
 
 @pytest.fixture
-def queue(set_env, redis) -> Iterator[EmbeddedQueue]:
+def queue(set_env, db) -> Iterator[EmbeddedQueue]:
     calls.clear()
     failures_left["count"] = 0
+    slow["seconds"] = 0.0
     set_env(ERMIS_QUEUE_SIGNING_SECRET="consumer-test-secret")
     with embedded_queue(set_env) as embedded:
         yield embedded
@@ -62,6 +66,32 @@ async def test_a_signed_message_runs_once_and_is_acknowledged(queue: EmbeddedQue
     assert calls == [("b1", 1)]
     [message] = queue.messages(WIRE)
     assert message.acknowledged
+
+
+async def test_duplicates_delivered_at_the_same_moment_run_once(queue: EmbeddedQueue) -> None:
+    """Three copies of one signed batch, pushed concurrently while the first is running."""
+    app = consumer_app()
+    signed = sign_message({"batchId": "dup", "sourceId": "all-sources"})
+    for _ in range(3):
+        await queue_client().send(WIRE, signed)
+    slow["seconds"] = 0.5
+    first = await queue.push(WIRE, app, PATH, CONSUMER, concurrently=True)
+    assert [response.status_code for response in first] == [200, 200, 200]
+    assert calls == [("dup", 1)]
+    held = [message for message in queue.messages(WIRE) if not message.acknowledged]
+    assert len(held) == 2  # came back later, not acknowledged while the batch was running
+    queue.advance(MAX_RETRY_DELAY_SECONDS)
+    await queue.push(WIRE, app, PATH, CONSUMER)
+    assert calls == [("dup", 1)] and all(message.acknowledged for message in queue.messages(WIRE))
+
+
+async def test_consumers_keep_working_when_redis_is_down(queue: EmbeddedQueue, set_env) -> None:
+    set_env(REDIS_URL="redis://127.0.0.1:9/0")
+    app = consumer_app()
+    await publish_rss_message(TOPIC, {"batchId": "no-redis"})
+    [response] = await queue.push(WIRE, app, PATH, CONSUMER)
+    assert response.status_code == 200 and calls == [("no-redis", 1)]
+    assert queue.messages(WIRE)[0].acknowledged
 
 
 async def test_a_delivery_after_success_does_no_work(queue: EmbeddedQueue) -> None:

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib.queues.signing import SigningSecretMissing, sign_message, signature_for, signing_input, verify_message
+from lib.queues.signing import (
+    SigningSecretMissing,
+    message_rejection,
+    sign_message,
+    signature_for,
+    signing_input,
+    verify_message,
+)
 
 SECRET = "queue-secret-for-tests"
 MESSAGE = {"sourceId": "all-sources", "feedUrl": "", "batchId": "b-1", "requestedAt": "2026-12-02T10:00:00.000Z"}
@@ -120,3 +128,34 @@ def test_no_secret_fails_closed(set_env) -> None:
     assert not verify_message(signed)
     with pytest.raises(SigningSecretMissing):
         sign_message(MESSAGE)
+
+
+def test_the_signing_time_is_inside_the_signature(set_env) -> None:
+    set_env(ERMIS_QUEUE_SIGNING_SECRET=SECRET, ERMIS_QUEUE_LEGACY_SIGNATURES_UNTIL=None)
+    signed = sign_message(MESSAGE)
+    assert isinstance(signed["signedAt"], int) and verify_message(signed)
+    assert not verify_message({**signed, "signedAt": signed["signedAt"] + 1})  # a refreshed time is a forgery
+
+
+def test_messages_older_than_the_retention_or_from_the_future_are_refused(set_env) -> None:
+    set_env(ERMIS_QUEUE_SIGNING_SECRET=SECRET)
+    now = time.time()
+    day = 24 * 3600 * 1000
+    assert message_rejection(sign_message(MESSAGE, signed_at_ms=int(now * 1000) - day + 60_000), now) is None
+    assert message_rejection(sign_message(MESSAGE, signed_at_ms=int(now * 1000) - day - 301_000), now).startswith(
+        "expired"
+    )
+    assert message_rejection(sign_message(MESSAGE, signed_at_ms=int(now * 1000) + 301_000), now) == (
+        "signed in the future"
+    )
+    assert message_rejection({**MESSAGE, "signedAt": "yesterday", "signature": "0" * 64}, now) == "invalid signature"
+
+
+def test_the_previous_format_verifies_only_inside_the_rollout_window(set_env) -> None:
+    legacy = {**MESSAGE, "signature": signature_for(MESSAGE, SECRET)}  # what producers signed before signedAt
+    set_env(ERMIS_QUEUE_SIGNING_SECRET=SECRET, ERMIS_QUEUE_LEGACY_SIGNATURES_UNTIL=None)
+    assert message_rejection(legacy) == "previous format (no signedAt) outside the rollout window"
+    set_env(ERMIS_QUEUE_LEGACY_SIGNATURES_UNTIL="2999-01-01T00:00:00Z")
+    assert verify_message(legacy)
+    set_env(ERMIS_QUEUE_LEGACY_SIGNATURES_UNTIL="2000-01-01T00:00:00")
+    assert not verify_message(legacy)

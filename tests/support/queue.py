@@ -3,6 +3,7 @@ lease each visible message as a push delivery and POST it to the consumer route.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,14 +30,21 @@ class EmbeddedQueue:
     def advance(self, seconds: float) -> None:
         self.server.state.shift(seconds)
 
-    async def push(self, wire_topic: str, app: ASGIApp, path: str, consumer: str) -> list[httpx.Response]:
+    async def push(
+        self, wire_topic: str, app: ASGIApp, path: str, consumer: str, concurrently: bool = False
+    ) -> list[httpx.Response]:
         """Deliver every visible message of the topic to the route as ``consumer``, as Vercel's
-        push would."""
-        responses = []
+        push would: one after the other, or all leased first and then posted at the same moment."""
         async with client_for(app) as client:
-            for delivery in self.server.iter_push_deliveries(wire_topic, consumer):
-                responses.append(await client.post(path, content=delivery.body, headers=delivery.headers))
-        return responses
+            if concurrently:
+                deliveries = list(self.server.iter_push_deliveries(wire_topic, consumer))
+                return list(
+                    await asyncio.gather(*(client.post(path, content=d.body, headers=d.headers) for d in deliveries))
+                )
+            return [
+                await client.post(path, content=delivery.body, headers=delivery.headers)
+                for delivery in self.server.iter_push_deliveries(wire_topic, consumer)
+            ]
 
 
 @contextmanager
