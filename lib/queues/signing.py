@@ -66,7 +66,9 @@ def _js_property_order(value: Any) -> Any:
 def signing_input(message: dict[str, Any]) -> bytes:
     entries = sorted(
         ([key, _js_property_order(value)] for key, value in message.items() if key != SIGNATURE_FIELD),
-        key=lambda entry: entry[0],
+        # JavaScript compares strings by UTF-16 code units, not code points: "𐀀" (a surrogate
+        # pair, 0xD800...) sorts before "\ue000". UTF-16BE bytes compare the same way.
+        key=lambda entry: entry[0].encode("utf-16-be", "surrogatepass"),
     )
     return json.dumps(entries, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 

@@ -11,7 +11,6 @@ Self-closes after 240 s; the browser reconnects.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 
 from sse_starlette import ServerSentEvent
@@ -22,7 +21,14 @@ from lib.auth.gates import require_session
 from lib.observability import log_server_error
 from lib.platform.editorial import list_tenant_drafts, read_draft_feed_watermark
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import RETRY_MS, event_stream, sse_frame, stream_timing
+from lib.streams.sse import (
+    RETRY_MS,
+    StreamDeadlineReached,
+    event_stream,
+    read_before,
+    sse_frame,
+    stream_timing,
+)
 
 FEED_POLL_INTERVAL_MS = 4000
 FEED_MAX_DURATION_S = 240
@@ -33,15 +39,20 @@ shared_watermarks = SharedReads()
 
 async def feed_frames(tenant_scope_id: str) -> AsyncIterator[ServerSentEvent]:
     timing = stream_timing(FEED_POLL_INTERVAL_MS, FEED_MAX_DURATION_S)
-    started = time.monotonic()
+    deadline = timing.deadline()
     last: dict | None = None
     sequence = 0
-    tick = timing.current_tick()
-    while time.monotonic() - started < timing.max_duration_s:
+    tick: int | None = timing.current_tick()
+    while tick is not None:
         try:
-            watermark = await shared_watermarks.read(
-                (tenant_scope_id, tick), lambda: read_draft_feed_watermark(tenant_scope_id), timing.share_window_s
+            watermark = await read_before(
+                deadline,
+                shared_watermarks.read(
+                    (tenant_scope_id, tick), lambda: read_draft_feed_watermark(tenant_scope_id), timing.share_window_s
+                ),
             )
+        except StreamDeadlineReached:
+            return
         except Exception as error:  # noqa: BLE001 - a failed tick is skipped, not fatal
             log_server_error("/api/feed/events", error, tenant=tenant_scope_id)
             watermark = None
@@ -56,7 +67,7 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[ServerSentEvent]:
             if frame is not None:
                 yield frame
             last = watermark
-        tick = await timing.until_next_tick()
+        tick = await timing.next_tick_before(deadline)
 
 
 async def feed_events(request: Request) -> Response:

@@ -23,7 +23,6 @@ at 240 s. A payload that does not match its contract is dropped, never sent half
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,7 +42,14 @@ from lib.observability import log_server_error
 from lib.platform import activity
 from lib.platform.flags import resolve_feature_flags
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import RETRY_MS, event_stream, sse_frame, stream_timing
+from lib.streams.sse import (
+    RETRY_MS,
+    StreamDeadlineReached,
+    event_stream,
+    read_before,
+    sse_frame,
+    stream_timing,
+)
 
 NOTIFICATIONS_POLL_INTERVAL_MS = 5000
 NOTIFICATIONS_MAX_DURATION_S = 240
@@ -202,14 +208,16 @@ def _frames(events: list[Event], first: bool) -> list[ServerSentEvent]:
 
 async def notification_frames(audience: Audience, last_event_id: str | None) -> AsyncIterator[ServerSentEvent]:
     timing = stream_timing(NOTIFICATIONS_POLL_INTERVAL_MS, NOTIFICATIONS_MAX_DURATION_S)
-    started = time.monotonic()
+    deadline = timing.deadline()
     resume_from = _resume_time(last_event_id)
     seen: set[tuple[str, str]] = set()
     connected = False
-    tick = timing.current_tick()
-    while time.monotonic() - started < timing.max_duration_s:
+    tick: int | None = timing.current_tick()
+    while tick is not None:
         try:
-            rows = await read_activity(audience, tick, timing.share_window_s)
+            rows = await read_before(deadline, read_activity(audience, tick, timing.share_window_s))
+        except StreamDeadlineReached:
+            return
         except Exception as error:  # noqa: BLE001 - a failed tick is skipped, not fatal
             log_server_error("/api/notifications/events", error, user=audience.user_id)
             rows = None
@@ -231,7 +239,7 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
             for frame in _frames(outgoing, first=not connected):
                 yield frame
             connected = True
-        tick = await timing.until_next_tick()
+        tick = await timing.next_tick_before(deadline)
 
 
 async def notification_events(request: Request) -> Response:

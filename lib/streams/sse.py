@@ -14,7 +14,10 @@ the first also carries ``retry:`` so browsers reconnect after ``RETRY_MS``.
 
 Timing: each stream has its spec interval and self-close; ``ERMIS_SSE_POLL_INTERVAL_MS`` and
 ``ERMIS_SSE_MAX_DURATION_S`` override them all (tests, tuning). Ticks are aligned to the wall
-clock (``StreamTiming.until_next_tick``), so connections share reads tick by tick.
+clock (``StreamTiming.next_tick_before``), so connections share reads tick by tick. The
+self-close is a deadline, never overrun: no tick starts after it (the stream closes instead)
+and a read still running at it is abandoned (``read_before`` raises ``StreamDeadlineReached``),
+so a stream ends by its self-close however slow the database is — within ``maxDuration``.
 """
 
 from __future__ import annotations
@@ -23,13 +26,16 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from lib.clock import Deadline
 from lib.settings import get_settings
+
+T = TypeVar("T")
 
 SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
 EVENT_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
@@ -52,16 +58,37 @@ class StreamTiming:
     def current_tick(self) -> int:
         return int(time.time() // self.poll_interval_s)
 
-    async def until_next_tick(self) -> int:
+    def deadline(self) -> Deadline:
+        """When a stream opened now closes itself."""
+        return Deadline.after(self.max_duration_s)
+
+    async def next_tick_before(self, deadline: Deadline) -> int | None:
         """Sleep to the next multiple of the interval on the wall clock and return that tick's
-        number. Every connection of the instance then ticks together, and a read shared under
-        the tick's number serves them all: an event waits at most one interval, where
+        number, or ``None`` at once when it would fall after ``deadline`` (time to close).
+        Every connection of the instance ticks together, and a read shared under the tick's
+        number serves them all: an event waits at most one interval, where
         connection-relative timers sharing by age would make it wait an interval plus the
         share window."""
         target = (self.current_tick() + 1) * self.poll_interval_s
+        if target - time.time() >= deadline.remaining():
+            return None
         while (remaining := target - time.time()) > 0:  # noqa: ASYNC110 - a timer may fire early; no event to wait on
             await asyncio.sleep(remaining)
         return round(target / self.poll_interval_s)
+
+
+class StreamDeadlineReached(Exception):
+    """The stream's self-close came while it was reading: close now."""
+
+
+async def read_before(deadline: Deadline, read: Awaitable[T]) -> T:
+    try:
+        async with asyncio.timeout(deadline.remaining()):
+            return await read
+    except TimeoutError:
+        if deadline.passed():
+            raise StreamDeadlineReached from None
+        raise
 
 
 def stream_timing(default_poll_ms: int, default_max_s: float) -> StreamTiming:

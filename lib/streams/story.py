@@ -13,7 +13,6 @@ Self-closes at 290 s, under the 300 s function cap.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -29,7 +28,14 @@ from lib.http.routing import dynamic_segment
 from lib.observability import log_server_error
 from lib.platform.editorial import find_story_draft
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import RETRY_MS, event_stream, sse_frame, stream_timing
+from lib.streams.sse import (
+    RETRY_MS,
+    StreamDeadlineReached,
+    event_stream,
+    read_before,
+    sse_frame,
+    stream_timing,
+)
 
 STORY_POLL_INTERVAL_MS = 5000
 STORY_MAX_DURATION_S = 290
@@ -62,15 +68,16 @@ def _frame(phase: dict[str, Any], retry: int | None = None) -> ServerSentEvent |
 
 async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) -> AsyncIterator[ServerSentEvent]:
     timing = stream_timing(STORY_POLL_INTERVAL_MS, STORY_MAX_DURATION_S)
-    started = time.monotonic()
+    deadline = timing.deadline()
     last = _phase(first)
     if (frame := _frame(last, RETRY_MS)) is not None:
         yield frame
     misses = 0
-    while time.monotonic() - started < timing.max_duration_s:
-        tick = await timing.until_next_tick()
+    while (tick := await timing.next_tick_before(deadline)) is not None:
         try:
-            draft = await _lookup(story_id, scope, tick, timing.share_window_s)
+            draft = await read_before(deadline, _lookup(story_id, scope, tick, timing.share_window_s))
+        except StreamDeadlineReached:
+            return
         except Exception as error:  # noqa: BLE001 - a failed tick is skipped, not fatal
             log_server_error("/api/stories/events", error, storyId=story_id)
             continue

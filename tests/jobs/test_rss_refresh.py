@@ -3,6 +3,7 @@ ingestion, alert sweep), alerts for new stories after the response, and the oper
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -47,7 +48,14 @@ async def test_the_cron_tick_answers_the_spec_body_and_does_the_work(db, redis, 
     ingestion = body["tenantIngestion"]
     assert set(ingestion) == {"tenantScopes", "refreshed", "failed", "skippedTimeBudget", "elapsedMs"}
     assert (ingestion["tenantScopes"], ingestion["refreshed"], ingestion["failed"]) == (3, 3, 0)
-    assert body["alertSweep"] == {"tenantsWithRules": 1, "evaluated": 1, "skippedNoFeedCache": 0, "failed": 0}
+    assert body["alertSweep"] == {
+        "tenantsWithRules": 1,
+        "evaluated": 1,
+        "skippedNoFeedCache": 0,
+        "skippedNoProfile": 0,
+        "failed": 0,
+        "skippedDeadline": 0,
+    }
     assert body["refreshedAt"].endswith("Z")
     drafts = await (
         await db.execute("SELECT tenant_scope_id, count(*) FROM editorial_story_drafts GROUP BY 1")
@@ -73,7 +81,7 @@ async def test_with_the_pipeline_on_the_tick_publishes_instead_of_refreshing_inl
     assert feed_server.fetches["world"] == 1  # the consumer's build, shared with the tenants
 
 
-async def test_with_the_pipeline_on_and_no_signing_secret_the_tick_fails_loudly(
+async def test_a_failing_publish_is_reported_and_the_tick_goes_on_for_every_tenant(
     db, redis, feed_server: FeedServer, set_env, capsys: pytest.CaptureFixture[str]
 ) -> None:
     set_env(ERMIS_QUEUE_SIGNING_SECRET=None)
@@ -81,8 +89,14 @@ async def test_with_the_pipeline_on_and_no_signing_secret_the_tick_fails_loudly(
     await db.execute("INSERT INTO feature_flag_values (flag_key, enabled) VALUES ('rssQueuePipeline', true)")
     async with client_for(app) as client:
         response = await client.get(PATH, headers=cron_headers())
-    assert response.status_code == 500 and response.json()["error"]["code"] == "internal_error"
-    assert "SigningSecretMissing" in capsys.readouterr().err
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["published"], body["pipelineEnabled"], body["inlineRefreshed"]) == (False, True, True)
+    assert body["publishError"].startswith("SigningSecretMissing")
+    assert body["tenantIngestion"]["refreshed"] == body["tenantIngestion"]["tenantScopes"] > 0
+    assert "alertSweep" in body
+    [reported] = [line for line in capsys.readouterr().err.splitlines() if '"level": "error"' in line]
+    assert f"{PATH}:publish" in reported and "SigningSecretMissing" in reported
 
 
 async def test_operator_post_refreshes_the_global_catalog_only(
@@ -99,3 +113,33 @@ async def test_operator_post_refreshes_the_global_catalog_only(
     assert body["alertSweep"]["tenantsWithRules"] == 1
     assert (await (await db.execute("SELECT count(*) FROM editorial_story_drafts")).fetchone())[0] == 0
     assert feed_server.fetches == {"world": 1}
+
+
+async def test_the_whole_tick_ends_by_its_deadline(
+    db, redis, feed_server: FeedServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A global build stuck on a slow feed cannot push tenants and the sweep past maxDuration."""
+    from lib.jobs import rss_refresh
+
+    monkeypatch.setattr(rss_refresh, "TICK_DEADLINE_S", 2.0)
+    monkeypatch.setattr(rss_refresh, "SWEEP_RESERVE_S", 1.0)
+    await seed(db, feed_server)
+    feed_server.modes["world"] = "slow"
+    started = time.monotonic()
+    async with client_for(app) as client:
+        response = await client.get(PATH, headers=cron_headers())
+    elapsed = time.monotonic() - started
+    body = response.json()
+    assert response.status_code == 200 and elapsed < 4, elapsed
+    assert body["globalRefreshError"] == "the global refresh ran past the tick's deadline"
+    assert body["tenantIngestion"]["skippedTimeBudget"] == 3 and body["tenantIngestion"]["refreshed"] == 0
+    assert body["alertSweep"]["tenantsWithRules"] == 1
+    assert "ran past the tick's deadline" in capsys.readouterr().err
+
+
+def test_the_tick_deadline_is_derived_from_the_functions_max_duration() -> None:
+    from lib.bundle import read_vercel_config
+    from lib.jobs.rss_refresh import REFRESH_MAX_DURATION_S, TICK_DEADLINE_S
+
+    assert read_vercel_config()["functions"]["api/admin/rss/refresh.py"]["maxDuration"] == REFRESH_MAX_DURATION_S
+    assert TICK_DEADLINE_S < REFRESH_MAX_DURATION_S

@@ -62,6 +62,7 @@ VECTORS = [
     {"z": 1, "a": [1, 2, {"k": "v"}], "m": None, "signature": "x" * 64},
     {"text": 'Ελληνικά — ünïcode ✓ \u2028 tab\t quote" backslash\\ ctrl\x01', "count": -42, "ok": False},
     {"nested": {"b": 2, "a": 1, "10": "ten", "2": "two", "": "blank"}, "empty": "", "list": []},
+    {"\ue000": None, "\U00010000": None},  # JavaScript sorts by UTF-16 code units: the astral key first
 ]
 
 

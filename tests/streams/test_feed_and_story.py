@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -153,3 +154,28 @@ async def test_the_story_id_comes_from_the_query_first_then_the_path(db, mint_to
         for path in ("/api/stories/s1", "/api/stories/%5BstoryId%5D?storyId=s1", "/api/stories/s2?storyId=s1"):
             response = await client.get(path, headers=member)
             assert response.status_code == 200 and response.json()["story"]["storyId"] == "s1", path
+
+
+async def test_the_story_stream_closes_by_its_self_close_even_while_a_read_hangs(
+    db, story_base: str, database_url: str, mint_token: Callable[..., str], set_env
+) -> None:
+    """A read stuck behind a lock cannot hold the stream past its self-close (and maxDuration)."""
+    import psycopg
+
+    set_env(ERMIS_SSE_MAX_DURATION_S="1.5")
+    await add_draft(db, "org_a", "s1")
+    headers = session_headers(mint_token(org_id="org_a", org_role="org:member"))
+
+    async def lock_the_drafts() -> None:
+        await asyncio.sleep(0.4)
+        async with await psycopg.AsyncConnection.connect(database_url) as locker, locker.transaction():
+            await locker.execute("LOCK TABLE editorial_story_drafts IN ACCESS EXCLUSIVE MODE")
+            await asyncio.sleep(4)
+
+    locker = asyncio.create_task(lock_the_drafts())
+    started = time.monotonic()
+    capture = await capture_sse(f"{story_base}/api/stories/s1/events", headers, seconds=6.0)
+    closed_after = time.monotonic() - started
+    await locker
+    assert capture.closed_by_server and closed_after < 3.0, closed_after
+    assert [phase["storyId"] for phase in capture.events("story.phase")] == ["s1"]
