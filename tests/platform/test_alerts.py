@@ -101,10 +101,27 @@ async def test_webhook_failures_are_logged_never_raised(db, set_env, receiver: R
     assert await delivery_logs(db) == [("webhook", code, "failed", f"{url}/hook")]
 
 
-async def test_email_goes_through_the_sender_and_is_logged(db, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_email_without_a_sender_is_logged_as_not_delivered_and_why(db) -> None:
     rule = AlertRule(id="mail", keywords=["markets"], channel="email")
     assert await evaluate_alert_rules("org_a", STORIES, [rule]) == 1
-    assert '"context": "alerts:email"' in capsys.readouterr().err
+    assert await delivery_logs(db) == [("email", 0, "failed", None)]
+    detail = await (await db.execute("SELECT detail FROM delivery_logs")).fetchone()
+    assert detail == ("no email sender configured",)
+
+
+async def test_email_goes_through_a_configured_sender(db, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lib.platform.alerts import delivery
+
+    sent: list[tuple[str, dict]] = []
+
+    class Outbox:
+        async def send(self, tenant_scope_id: str, alert: dict) -> None:
+            sent.append((tenant_scope_id, alert))
+
+    monkeypatch.setattr(delivery, "email_sender", Outbox())
+    rule = AlertRule(id="mail", keywords=["markets"], channel="email")
+    assert await evaluate_alert_rules("org_a", STORIES, [rule]) == 1
+    assert [tenant for tenant, _ in sent] == ["org_a"]
     assert await delivery_logs(db) == [("email", 200, "delivered", None)]
 
 

@@ -7,8 +7,11 @@
   kept in ``platform_state``), so the receiver can verify origin and freshness. A 2xx is
   ``delivered``; anything else is ``failed`` with the response code (0 when there was no
   answer within ``ERMIS_WEBHOOK_TIMEOUT_S``, default 5 s). Never raises.
-- ``email``: through the configured ``EmailSender`` (default: a JSON line on stderr), logged as
-  ``delivered``.
+- ``email``: through ``email_sender`` when one is configured. None is by default, and then the
+  attempt is logged ``failed`` with code 0 and the detail ``no email sender configured`` —
+  never as delivered.
+
+A failure's reason, in words, goes in the log's ``detail``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import sys
 import time
 import uuid
 from typing import Any, Protocol
@@ -39,13 +41,9 @@ class EmailSender(Protocol):
     async def send(self, tenant_scope_id: str, alert: dict[str, Any]) -> None: ...
 
 
-class LoggingEmailSender:
-    async def send(self, tenant_scope_id: str, alert: dict[str, Any]) -> None:
-        line = {"level": "info", "context": "alerts:email", "tenant": tenant_scope_id, "alert": alert}
-        sys.stderr.write(json.dumps(line, default=str) + "\n")
-
-
-email_sender: EmailSender = LoggingEmailSender()
+# Set by the deployment that has a mail provider; None: email alerts are logged as undelivered.
+email_sender: EmailSender | None = None
+NO_EMAIL_SENDER = "no email sender configured"
 
 
 def webhook_key_name(tenant_scope_id: str) -> str:
@@ -86,13 +84,16 @@ async def _post_webhook(endpoint: str, key: str, alert: dict[str, Any]) -> int:
         return 0
 
 
-async def _log_delivery(tenant_scope_id: str, alert_id: str, method: str, code: int, endpoint: str | None) -> None:
+async def _log_delivery(
+    tenant_scope_id: str, alert_id: str, method: str, code: int, endpoint: str | None, detail: str | None = None
+) -> None:
     status = "delivered" if 200 <= code < 300 else "failed"
     async with connection() as conn:
         await conn.execute(
-            "INSERT INTO delivery_logs (id, delivery_id, tenant_scope_id, method, response_code, endpoint, status)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            (str(uuid.uuid4()), alert_id, tenant_scope_id, method, code, endpoint, status),
+            "INSERT INTO delivery_logs"
+            " (id, delivery_id, tenant_scope_id, method, response_code, endpoint, status, detail)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            (str(uuid.uuid4()), alert_id, tenant_scope_id, method, code, endpoint, status, detail),
         )
 
 
@@ -101,11 +102,14 @@ async def deliver_alert(tenant_scope_id: str, rule: AlertRule, alert: dict[str, 
         if not await is_feature_enabled("alertWebhooks", tenant_scope_id):
             return
         if not rule.endpoint:
-            await _log_delivery(tenant_scope_id, alert["id"], "webhook", 0, None)
+            await _log_delivery(tenant_scope_id, alert["id"], "webhook", 0, None, "the rule has no endpoint")
             return
         key = await webhook_signing_key(tenant_scope_id)
         code = await _post_webhook(rule.endpoint, key, alert)
         await _log_delivery(tenant_scope_id, alert["id"], "webhook", code, rule.endpoint)
     elif rule.channel == "email":
+        if email_sender is None:
+            await _log_delivery(tenant_scope_id, alert["id"], "email", 0, None, NO_EMAIL_SENDER)
+            return
         await email_sender.send(tenant_scope_id, alert)
         await _log_delivery(tenant_scope_id, alert["id"], "email", 200, None)
