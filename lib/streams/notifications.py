@@ -45,6 +45,7 @@ from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import (
     RETRY_MS,
     StreamDeadlineReached,
+    cursor_frame,
     event_stream,
     read_before,
     sse_frame,
@@ -207,10 +208,15 @@ def _frames(events: list[Event], first: bool) -> list[ServerSentEvent]:
 
 
 async def notification_frames(audience: Audience, last_event_id: str | None) -> AsyncIterator[ServerSentEvent]:
+    """Replay (or resume), then new rows tick by tick. Whatever existed when the connection
+    opened and was not replayed (notifications) is seen, never sent; a cursor frame after each
+    batch records the newest row seen, so a reconnect resumes after it — not after the last
+    *sent* row, which would re-send those seeded rows as new."""
     timing = stream_timing(NOTIFICATIONS_POLL_INTERVAL_MS, NOTIFICATIONS_MAX_DURATION_S)
     deadline = timing.deadline()
     resume_from = _resume_time(last_event_id)
     seen: set[tuple[str, str]] = set()
+    cursor_at: datetime | None = None
     connected = False
     tick: int | None = timing.current_tick()
     while tick is not None:
@@ -236,8 +242,14 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
                 fresh = [row for row in kind_rows if (kind, str(row["id"])) not in seen]
                 outgoing += to_events(kind, fresh, initial=False)
                 seen |= {(kind, str(row["id"])) for row in fresh}
-            for frame in _frames(outgoing, first=not connected):
+            frames = _frames(outgoing, first=not connected)
+            for frame in frames:
                 yield frame
+            newest = max((row["at"] for kind_rows in rows.values() for row in kind_rows), default=None)
+            if newest is not None and (cursor_at is None or newest > cursor_at):
+                cursor_at = newest
+            if cursor_at is not None and (frames or not connected):
+                yield cursor_frame(f"{cursor_at.astimezone(UTC).isoformat(timespec='microseconds')}|cursor|")
             connected = True
         tick = await timing.next_tick_before(deadline)
 

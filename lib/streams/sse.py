@@ -10,7 +10,9 @@ match ``EVENT_NAME``, the data is JSON on one line (JSON escapes every ``\\r``/`
 U+2029 are escaped too, for line readers that split on them), the id
 has line breaks and NULs removed, and data that cannot be encoded (a lone surrogate) gives
 ``None`` — the caller drops that frame and the stream goes on. Every frame has an ``id:``;
-the first also carries ``retry:`` so browsers reconnect after ``RETRY_MS``.
+the first also carries ``retry:`` so browsers reconnect after ``RETRY_MS``. ``cursor_frame`` is
+the one other frame: an ``id:`` alone, which moves the browser's ``Last-Event-ID`` without
+firing an event (the EventSource spec records the id before it drops an event without data).
 
 Timing: each stream has its spec interval and self-close; ``ERMIS_SSE_POLL_INTERVAL_MS`` and
 ``ERMIS_SSE_MAX_DURATION_S`` override them all (tests, tuning). Ticks are aligned to the wall
@@ -108,6 +110,10 @@ def sse_frame(event: str, data: Any, event_id: str, retry: int | None = None) ->
     except (TypeError, ValueError):
         return None
     return ServerSentEvent(data=payload, event=event, id=_ID_UNSAFE.sub("", event_id), retry=retry)
+
+
+def cursor_frame(event_id: str) -> ServerSentEvent:
+    return ServerSentEvent(id=_ID_UNSAFE.sub("", event_id))
 
 
 def event_stream(frames: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
