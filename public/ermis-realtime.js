@@ -180,6 +180,12 @@ export function connectFeedStream(options = {}) {
         return;
       }
       const body = response.ok ? await response.json() : null;
+      if (body && body.watermark === null) {
+        // No tenant scope (the stream's 204): nothing will ever change here, so stop asking.
+        polling.stop();
+        status.set('offline');
+        return;
+      }
       if (body && moved(body.watermark) && onChange) onChange('UPDATE', body.watermark);
     } catch {
       // Offline for now; the next tick tries again.

@@ -7,10 +7,7 @@ derived from the organisation role, with the ``super_admin`` bypass where the sp
 
 from __future__ import annotations
 
-from typing import Final, Literal
-
-PlatformRole = Literal["super_admin", "ops", "billing", "compliance"]
-OrgRole = Literal["org:owner", "org:admin", "org:member"]
+from typing import Final
 
 PLATFORM_ROLES: Final[frozenset[str]] = frozenset({"super_admin", "ops", "billing", "compliance"})
 ORG_ROLES: Final[frozenset[str]] = frozenset({"org:owner", "org:admin", "org:member"})
@@ -23,14 +20,6 @@ SURFACE_ROLES: Final[dict[str, frozenset[str]]] = {
     "erasure": frozenset({"super_admin", "compliance"}),
     "queues": frozenset({"super_admin", "ops"}),
     "flags": frozenset({"super_admin"}),
-}
-
-# Where each platform role lands by default in the admin UI ("ops lands on queues").
-DEFAULT_SURFACE: Final[dict[str, str]] = {
-    "super_admin": "flags",
-    "ops": "queues",
-    "billing": "metering",
-    "compliance": "erasure",
 }
 
 CAPABILITY_ORG_ROLES: Final[dict[str, frozenset[str]]] = {

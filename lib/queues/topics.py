@@ -26,10 +26,3 @@ def wire_topic(logical: str) -> str:
 
 def dlq_topic(logical: str) -> str:
     return wire_topic(logical) + "-dlq"
-
-
-def logical_topic(wire: str) -> str:
-    for logical in RSS_QUEUE_TOPICS.values():
-        if wire_topic(logical) == wire:
-            return logical
-    raise KeyError(f"unknown wire topic {wire!r}")

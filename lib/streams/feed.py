@@ -2,8 +2,9 @@
 
 One event, ``feed.changed``, with the watermark that moved — ``{latestUpdatedAt, draftCount}``
 from the single aggregate over the session tenant's drafts — emitted when either field
-differs from what this connection last sent, silent otherwise. Reads are coalesced per tenant
-for ``WATERMARK_SHARE_WINDOW_MS`` (just under the 4 s poll). No tenant scope: 204 (nothing to
+differs from what this connection last sent, silent otherwise; the payload is validated by its
+contract (``FeedChanged``). Reads are coalesced per tenant and tick (``StreamTiming``'s share
+window, 3.5 s under the 4 s poll). No tenant scope: 204 (nothing to
 watch; ``EventSource`` stops for good). A failed read skips the tick; the stream goes on.
 Self-closes after 240 s; the browser reconnects.
 """
@@ -18,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from lib.auth.gates import require_session
+from lib.contracts.stream_events import FeedChanged
 from lib.observability import log_server_error
 from lib.platform.editorial import list_tenant_drafts, read_draft_feed_watermark
 from lib.streams.shared_reads import SharedReads
@@ -32,7 +34,6 @@ from lib.streams.sse import (
 
 FEED_POLL_INTERVAL_MS = 4000
 FEED_MAX_DURATION_S = 240
-WATERMARK_SHARE_WINDOW_MS = 3500  # = StreamTiming.share_window_s at the default 4 s poll
 
 shared_watermarks = SharedReads()
 
@@ -60,7 +61,7 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[ServerSentEvent]:
             sequence += 1
             frame = sse_frame(
                 "feed.changed",
-                watermark,
+                FeedChanged.model_validate(watermark).model_dump(),
                 f"{watermark['latestUpdatedAt']}|{watermark['draftCount']}",
                 retry=RETRY_MS if sequence == 1 else None,
             )

@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from lib.auth.gates import require_session
 from lib.auth.roles import can_review_all_tenants
 from lib.auth.sessions import Session
+from lib.contracts.stream_events import StoryPhase
 from lib.http.errors import ApiError
 from lib.http.routing import dynamic_segment
 from lib.observability import log_server_error
@@ -54,12 +55,15 @@ async def _lookup(story_id: str, scope: str | None, tick: int, window_s: float) 
 
 
 def _phase(draft: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "storyId": draft["storyId"],
-        "phase": draft["phase"],
-        "status": draft["status"],
-        "updatedAt": draft["updatedAt"],
-    }
+    """The ``story.phase`` payload, through its contract."""
+    return StoryPhase.model_validate(
+        {
+            "storyId": draft["storyId"],
+            "phase": draft["phase"],
+            "status": draft["status"],
+            "updatedAt": draft["updatedAt"],
+        }
+    ).model_dump()
 
 
 def _frame(phase: dict[str, Any], retry: int | None = None) -> ServerSentEvent | None:

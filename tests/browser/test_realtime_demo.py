@@ -130,3 +130,14 @@ def test_a_server_stopped_mid_stream_moves_the_badge_to_polling_and_back(browser
     expect(page.get_by_test_id("notifications-status")).to_have_text("polling", timeout=15_000)
     with running_dev_server(data_dir, port=port, **STREAM_ENV):
         expect(page.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=30_000)
+
+
+def test_a_session_without_a_tenant_stops_polling_the_feed(browser: Browser, dev_server: DevServer) -> None:
+    """The stream answers 204 and /api/feed has no watermark: nothing to watch, so no poll loop."""
+    page = open_demo(browser, dev_server, sub="user_ops", platform_role="ops")
+    feed_polls: list[str] = []
+    page.on("request", lambda request: feed_polls.append(request.url) if request.url.endswith("/api/feed") else None)
+    expect(page.get_by_test_id("feed-status")).to_have_text("offline", timeout=15_000)
+    polls_when_settled = len(feed_polls)
+    page.wait_for_timeout(3000)  # three poll intervals of the demo page
+    assert len(feed_polls) == polls_when_settled <= 1
