@@ -11,7 +11,6 @@ Run it with ``scripts/migrate`` (uses ``DATABASE_URL``).
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 
 import psycopg
@@ -50,23 +49,3 @@ def apply_migrations(conninfo: str) -> list[str]:
                 )
                 applied_now.append(path.name)
     return applied_now
-
-
-def main() -> int:
-    from lib.settings import get_settings, secret_or_none
-
-    conninfo = secret_or_none(get_settings().database_url)
-    if conninfo is None:
-        print("error: DATABASE_URL is not set", file=sys.stderr)
-        return 2
-    try:
-        applied = apply_migrations(conninfo)
-    except psycopg.OperationalError as error:
-        print(f"error: cannot reach the database: {error}".splitlines()[0], file=sys.stderr)
-        return 1
-    print(f"migrations applied: {', '.join(applied) if applied else 'none pending'}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

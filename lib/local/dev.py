@@ -122,6 +122,7 @@ async def serve(
     scheduler = CronScheduler(crons, fire, clock)
 
     session = {
+        "pid": os.getpid(),
         "url": base_url,
         "cronSecret": cron_secret,
         "databaseUrl": os.environ["DATABASE_URL"],

@@ -8,14 +8,13 @@ cron's path. The dev server's URL and cron secret come from the dev session file
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 
 import httpx
 
 from lib.jobs.schedule import find_cron, load_crons
-from lib.local.paths import PROJECT_ROOT, session_file
+from lib.local.paths import PROJECT_ROOT, dev_session
 from lib.local.scheduler import invoke_cron
 
 
@@ -30,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     if entry is None:
         print(f"error: no cron named {argv[0]!r} in vercel.json", file=sys.stderr)
         return 2
-    session = json.loads(session_file().read_text()) if session_file().exists() else {}
+    session = dev_session()
     base_url = os.environ.get("ERMIS_DEV_URL") or session.get("url") or "http://127.0.0.1:3000"
     secret = os.environ.get("CRON_SECRET") or session.get("cronSecret")
     try:

@@ -1,4 +1,5 @@
-"""``scripts/erasure``: the GDPR erasure lifecycle from a terminal, against ``DATABASE_URL``.
+"""``scripts/erasure``: the GDPR erasure lifecycle from a terminal, against ``DATABASE_URL`` (or
+the running dev server's database).
 
     scripts/erasure create USER_ID [--grace-days 30]   request erasure after a grace window
     scripts/erasure list                                 due requests (grace elapsed, pending)
@@ -20,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from lib.db.pool import close_pools
+from lib.ops.cli import run_script, use_script_database
 from lib.platform.erasure import (
     cancel_data_erasure_request,
     confirm_data_erasure_request,
@@ -64,12 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("show", "cancel", "confirm"):
         commands.add_parser(name).add_argument("request_id")
     args = parser.parse_args(argv)
-    try:
-        code, output = asyncio.run(run(args))
-    except ValueError as error:
-        code, output = 2, {"error": str(error)}
-    print(json.dumps(output, default=str, indent=2))
-    return code
+
+    def run_command() -> int:
+        use_script_database()
+        try:
+            code, output = asyncio.run(run(args))
+        except ValueError as error:
+            code, output = 2, {"error": str(error)}
+        print(json.dumps(output, default=str, indent=2))
+        return code
+
+    return run_script(run_command)
 
 
 if __name__ == "__main__":

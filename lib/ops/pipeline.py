@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import sys
 import time
 from typing import Any
 
@@ -28,19 +26,16 @@ import httpx
 import psycopg
 
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
-from lib.local.paths import dev_key_dir, session_file
+from lib.local.paths import dev_key_dir, dev_session
+from lib.ops.cli import ScriptError, run_script
 from lib.queues.handlers import LAST_INGEST_RUN_KEY
 
 FLAG = "rssQueuePipeline"
 CONFIRM_SECONDS = 90
 
 
-class PipelineError(RuntimeError):
+class PipelineError(ScriptError):
     pass
-
-
-def _session() -> dict[str, Any]:
-    return json.loads(session_file().read_text()) if session_file().exists() else {}
 
 
 def _admin_token(session: dict[str, Any]) -> str:
@@ -119,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["enable", "disable", "status"])
     parser.add_argument("--url", help="the deployment (default: the running dev server)")
     args = parser.parse_args(argv)
-    session = _session()
+    session = dev_session()
     base_url = args.url or session.get("url") or "http://127.0.0.1:3000"
 
     async def run() -> None:
@@ -132,15 +127,11 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 await status(client, session)
 
-    try:
+    def run_command() -> int:
         asyncio.run(run())
-    except PipelineError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except httpx.HTTPError as error:
-        print(f"error: cannot reach {base_url}: {error}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    return run_script(run_command)
 
 
 if __name__ == "__main__":

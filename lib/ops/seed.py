@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 
 import psycopg
 
-from lib.local.paths import session_file
+from lib.local.paths import dev_session
+from lib.ops.cli import run_script, use_script_database
 
 FIXTURE_FEEDS = {
     "default": ["world-wire", "global-desk"],
@@ -75,13 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/seed", description="Demo catalogs, tenants, rules and users.")
     parser.add_argument("--base-url", help="where the dev server serves public/ (default: the running dev server)")
     args = parser.parse_args(argv)
-    session = json.loads(session_file().read_text()) if session_file().exists() else {}
-    base_url = (args.base_url or session.get("url") or "http://127.0.0.1:3000").rstrip("/")
-    database_url = os.environ.get("DATABASE_URL") or session.get("databaseUrl")
-    if not database_url:
-        print("error: DATABASE_URL is not set and no dev session is running (start scripts/dev first)", file=sys.stderr)
-        return 2
-    seed(database_url, base_url)
+    return run_script(lambda: seed_and_report(args.base_url))
+
+
+def seed_and_report(base_url_given: str | None) -> int:
+    base_url = (base_url_given or dev_session().get("url") or "http://127.0.0.1:3000").rstrip("/")
+    seed(use_script_database(), base_url)
     print(
         f"seeded: catalogs {', '.join(FIXTURE_FEEDS)} (feeds at {base_url}/fixtures/feeds/),"
         f" tenants {', '.join(TENANTS)}"
