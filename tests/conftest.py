@@ -44,6 +44,7 @@ TABLES = (
     "feature_flag_values",
     "queue_dead_letters",
     "queue_batch_claims",
+    "cron_run_leases",
 )
 
 _given_database_url = os.environ.pop("DATABASE_URL", None)

@@ -2,9 +2,10 @@
 
 ``cron_job_app(path, surface, run)`` serves ``run`` twice: on GET behind the cron bearer
 (Vercel's scheduled call, wrapped in Sentry cron check-ins) and on POST behind a platform
-surface (a human with the right role, from a runbook). ``run`` answers the response; jobs
-whose body is plain JSON wrap it with ``guarded_json_job`` (the spec's
-``runGuardedCronHandler``).
+surface (a human with the right role, from a runbook). Either runs only under the job's run
+lease (``run_leases``): a duplicate or overlapping call answers 200 ``already_running`` and
+does nothing. ``run`` answers the response; jobs whose body is plain JSON wrap it with
+``guarded_json_job`` (the spec's ``runGuardedCronHandler``).
 """
 
 from __future__ import annotations
@@ -21,18 +22,34 @@ from lib.http.app import function_app
 from lib.http.routing import guarded, route
 from lib.jobs.checkins import with_cron_checkin
 from lib.jobs.cron_auth import run_guarded_cron_handler
+from lib.jobs.run_leases import RunningElsewhere, release_run_lease, take_run_lease
+from lib.jobs.schedule import cron_name
 
 JobRun = Callable[[Request], Awaitable[Response]]
 
 
 def cron_job_app(path: str, surface_name: str, run: JobRun, operator_run: JobRun | None = None) -> Starlette:
     """``operator_run`` serves the POST when it differs from the scheduled run (the refresh)."""
+    job = cron_name(path)
+
+    async def leased(trigger: str, job_run: JobRun, request: Request) -> Response:
+        lease = await take_run_lease(job, trigger)
+        if isinstance(lease, RunningElsewhere):
+            return lease.response()
+        try:
+            return await job_run(request)
+        finally:
+            if lease is not None:
+                await release_run_lease(lease)
 
     async def scheduled_run(request: Request) -> Response:
-        return await with_cron_checkin(path, lambda: run(request))
+        return await with_cron_checkin(path, lambda: leased("schedule", run, request))
+
+    async def operator_request(request: Request) -> Response:
+        return await leased("operator", operator_run or run, request)
 
     return function_app(
-        route(path, GET=guarded(CRON_BEARER, scheduled_run), POST=guarded(surface(surface_name), operator_run or run))
+        route(path, GET=guarded(CRON_BEARER, scheduled_run), POST=guarded(surface(surface_name), operator_request))
     )
 
 
