@@ -3,7 +3,8 @@ and the caller's tenant-resolved ``GET /api/feature-flags`` (any session).
 
 ``PUT`` takes ``{"key", "enabled"?, "tenantScopeId"?, "clearOverride"?}``: exactly one of
 ``enabled`` (a boolean) and ``clearOverride: true``; an unknown key, a wrong type, an unknown
-field or both/neither is a 400 naming the problem.
+field, both/neither, or a ``tenantScopeId`` over ``MAX_ID_LENGTH`` characters is a 400 naming
+the problem.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 
 from lib.auth.gates import require_session
 from lib.http.errors import ApiError
+from lib.http.request_limits import Identifier
 from lib.platform.flags import (
     FLAG_DEFINITIONS,
     clear_feature_flag,
@@ -30,7 +32,7 @@ class FlagUpdate(BaseModel):
 
     key: str
     enabled: StrictBool | None = None
-    tenant_scope_id: str | None = Field(default=None, alias="tenantScopeId", min_length=1)
+    tenant_scope_id: Identifier | None = Field(default=None, alias="tenantScopeId")
     clear_override: StrictBool = Field(default=False, alias="clearOverride")
 
     @model_validator(mode="after")

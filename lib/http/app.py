@@ -2,6 +2,8 @@
 
 ``function_app(*routes)`` returns a Starlette app with the bundle's invariants:
 
+- hostile input refused before any handler (``request_limits``: NUL or non-UTF-8 in the
+  target or body, bodies over ``max_body_bytes``, JSON nested too deep) → 400/413 JSON;
 - unknown path → 404 JSON, method not served → 405 JSON with ``Allow``;
 - any exception that escapes a handler → reported once, typed 500 JSON (never a traceback);
   an exception after a streaming response started is reported and the stream closed;
@@ -21,6 +23,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lib.http.errors import error_response, internal_error_response
+from lib.http.request_limits import DEFAULT_MAX_BODY_BYTES, RequestLimitsMiddleware
 from lib.observability import log_server_error
 from lib.runtime.after_response import AfterResponseMiddleware
 from lib.runtime.invocation import InvocationMemoMiddleware
@@ -67,13 +70,14 @@ class TypedServerErrorMiddleware:
             await internal_error_response(scope["path"], error)(scope, receive, send)
 
 
-def function_app(*routes: BaseRoute) -> Starlette:
+def function_app(*routes: BaseRoute, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Starlette:
     return Starlette(
         routes=list(routes),
         middleware=[
             Middleware(InvocationMemoMiddleware),
             Middleware(AfterResponseMiddleware),
             Middleware(TypedServerErrorMiddleware),
+            Middleware(RequestLimitsMiddleware, max_body_bytes=max_body_bytes),
         ],
         exception_handlers={404: _http_error, 405: _http_error},
     )

@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from lib.auth.gates import Gate
 from lib.http.errors import ApiError
+from lib.http.request_limits import MAX_ID_LENGTH
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -35,8 +36,12 @@ class GatedEndpoint:
 
 
 def dynamic_segment(request: Request, name: str) -> str:
-    """The value of ``[name]`` in the function's file path, from the query or the path."""
-    return request.query_params.get(name) or request.path_params[name]
+    """The value of ``[name]`` in the function's file path, from the query or the path; longer
+    than ``MAX_ID_LENGTH`` is a 400 before any query sees it."""
+    value = request.query_params.get(name) or request.path_params[name]
+    if len(value) > MAX_ID_LENGTH:
+        raise ApiError(400, f"invalid_{name}", f"{name} is longer than {MAX_ID_LENGTH} characters.")
+    return value
 
 
 def guarded(gate: Gate, handler: Handler) -> GatedEndpoint:

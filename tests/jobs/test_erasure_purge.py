@@ -108,3 +108,38 @@ async def test_the_operator_cli_runs_the_lifecycle(db, database_url: str) -> Non
     assert (code, again) == (1, {"cancelled": False})
     code, bad = await asyncio.to_thread(erasure, "show", "not-a-uuid")
     assert code == 2 and "error" in bad
+
+
+async def test_a_purge_killed_mid_transaction_changes_nothing_and_the_next_run_purges_once(
+    db, database_url: str
+) -> None:
+    """SIGKILL after the notifications are deleted, while the ledger is locked: all rolled back."""
+    from tests.support.processes import bundle_process, output_of, sigkill
+
+    await db.execute("INSERT INTO notifications (id, user_id, type) VALUES ('n1', 'u1', 'system')")
+    await db.execute("INSERT INTO ai_usage_ledger (id, user_id, model) VALUES ('l1', 'u1', 'm')")
+    request = await create_data_erasure_request("u1", timedelta(0))
+    async with await psycopg.AsyncConnection.connect(database_url) as blocker:
+        await blocker.execute("LOCK TABLE ai_usage_ledger IN EXCLUSIVE MODE")  # the purge's second table
+        with bundle_process("purge_due_data_erasure_requests()", "lib.jobs.erasure_purge") as child:
+            for _ in range(300):  # until the child's delete of notifications is in, and it waits
+                waiting = await (
+                    await db.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND wait_event_type = 'Lock' AND query LIKE '%%ai_usage_ledger%%'"
+                    )
+                ).fetchone()
+                if waiting[0]:
+                    break
+                await asyncio.sleep(0.05)
+            assert waiting[0], output_of(child)
+            sigkill(child)
+        await blocker.rollback()
+    assert (await get_data_erasure_request(request.id)).status == "pending"
+    assert (await (await db.execute("SELECT count(*) FROM notifications")).fetchone()) == (1,)
+
+    result = await purge_due_data_erasure_requests()
+    assert (result["due"], result["purged"], result["failed"]) == (1, 1, 0)
+    purged = await get_data_erasure_request(request.id)
+    assert purged.status == "purged" and purged.purge_counts == {"notifications": 1, "ai_usage_ledger": 1}
+    assert (await purge_due_data_erasure_requests())["due"] == 0  # never purged twice

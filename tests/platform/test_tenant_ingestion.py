@@ -101,6 +101,35 @@ async def test_two_processes_refreshing_at_once_build_once(db, redis, feed_serve
     assert feed_server.total_fetches() == 4
 
 
+async def test_a_build_killed_holding_the_lock_is_rebuilt_within_the_locks_short_lease(
+    db, redis, feed_server: FeedServer, set_env
+) -> None:
+    """SIGKILL while building: the renewed lease lapses in LOCK_TTL_MS, not a function lifetime."""
+    from lib.platform.aggregation.lock import LOCK_TTL_MS
+    from tests.support.processes import sigkill
+
+    await catalog(db, feed_server, "default")
+    feed_server.modes["default-0"] = "slow"  # the child's fetch hangs inside the build
+    set_env(ERMIS_FEED_TIMEOUT_S="120")
+    lock_key = CatalogKey("default", "en").lock_key
+    with bundle_process(
+        "list_aggregated_stories('global', force_refresh=True)", "lib.platform.aggregation.stories"
+    ) as child:
+        for _ in range(400):
+            if await execute_command(get_redis(), "EXISTS", lock_key):
+                break
+            await asyncio.sleep(0.05)
+        assert await execute_command(get_redis(), "EXISTS", lock_key), output_of(child)
+        await asyncio.sleep(6)  # past one renewal: the lease is being kept alive while the build runs
+        assert await execute_command(get_redis(), "EXISTS", lock_key), output_of(child)
+        sigkill(child)
+    del feed_server.modes["default-0"]
+    started = asyncio.get_running_loop().time()
+    stories = await list_aggregated_stories("global", force_refresh=True)
+    assert len(stories) == 2  # nothing lost: the next caller built the catalog itself
+    assert asyncio.get_running_loop().time() - started < LOCK_TTL_MS / 1000 + 10
+
+
 async def test_the_lock_is_released_when_a_build_fails(db, redis) -> None:
     key = CatalogKey("default", "en").lock_key
     with pytest.raises(RuntimeError):

@@ -2,9 +2,13 @@
 
 ``SET <key> <token> NX PX <ttl>`` takes it; only the owner's token releases it (a Lua
 compare-and-delete), so a slow build whose lock already expired cannot delete the next owner's
-lock; a crashed owner's lock expires after ``LOCK_TTL_MS``. A caller that does not get the lock
-waits (polling) until it is gone, then reads what the owner built, instead of building too.
-Without Redis, an in-process lock per key gives the same within one instance.
+lock. The lease is short (``LOCK_TTL_MS``) and the owner renews it every ``RENEW_SECONDS``
+while it builds (a Lua compare-and-expire), so a build may take as long as its function lives
+while a crashed owner's lock lapses within ``LOCK_TTL_MS`` — not after a whole function
+lifetime, during which every other instance would wait and then serve a stale catalog. A caller
+that does not get the lock waits (polling) until it is gone, then reads what the owner built,
+instead of building too. Without Redis, an in-process lock per key gives the same within one
+instance.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from lib.observability import log_server_error
 from lib.redis.client import get_redis
 from lib.redis.commands import execute_command
 
-LOCK_TTL_MS = 290_000  # below the function's 300 s cap: a killed build never outlives its lock for long
+LOCK_TTL_MS = 20_000
+RENEW_SECONDS = 5.0
 LOCK_WAIT_SECONDS = 60.0
 POLL_SECONDS = 0.25
 
@@ -29,7 +35,23 @@ end
 return 0
 """
 
+_RENEW_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
 _local_locks: dict[str, asyncio.Lock] = {}
+
+
+async def _keep_renewing(client: object, key: str, token: str, ttl_ms: int) -> None:
+    while True:
+        await asyncio.sleep(RENEW_SECONDS)
+        try:
+            await execute_command(client, "EVAL", _RENEW_SCRIPT, 1, key, token, ttl_ms)
+        except Exception as error:  # noqa: BLE001 - a missed renewal only shortens the lease
+            log_server_error("aggregation:build-lock", error, key=key)
 
 
 @asynccontextmanager
@@ -47,9 +69,11 @@ async def build_lock(
         return
     token = secrets.token_hex(16)
     if await execute_command(client, "SET", key, token, "NX", "PX", ttl_ms):
+        renewal = asyncio.create_task(_keep_renewing(client, key, token, ttl_ms))
         try:
             yield True
         finally:
+            renewal.cancel()
             await execute_command(client, "EVAL", _RELEASE_SCRIPT, 1, key, token)
         return
     deadline = time.monotonic() + wait_seconds
