@@ -26,6 +26,7 @@ from lib.redis.client import close_redis
 from lib.runtime.after_response import wait_for_detached_work
 from lib.settings import get_settings
 from tests.support.auth import TEST_CRON_SECRET
+from tests.support.env import env_setter
 from tests.support.feeds import FeedServer
 from tests.support.servers import serve_in_thread
 
@@ -114,16 +115,7 @@ def upstash_rest_url(redis_url: str) -> Iterator[tuple[str, str]]:
 @pytest.fixture
 def set_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
     """``set_env(NAME="value", OTHER=None)``: set or unset variables for one test."""
-
-    def apply(**values: str | None) -> None:
-        for name, value in values.items():
-            if value is None:
-                monkeypatch.delenv(name, raising=False)
-            else:
-                monkeypatch.setenv(name, value)
-        get_settings.cache_clear()
-
-    yield apply
+    yield env_setter(monkeypatch)
     get_settings.cache_clear()
 
 

@@ -20,6 +20,7 @@ from lib.local.routing import FunctionRoute, discover_routes
 from lib.local.server import VercelRouter
 from lib.queues.signing import sign_message
 from lib.settings import get_settings
+from tests.support.env import env_setter
 from tests.support.queue import embedded_queue
 from tests.support.servers import serve_in_thread
 
@@ -63,18 +64,8 @@ bodies = st.one_of(
 @pytest.fixture(scope="module")
 def bundle_url(bundle_environment) -> Iterator[str]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ERMIS_SSE_MAX_DURATION_S", "0.5")
-        patch.setenv("ERMIS_QUEUE_SIGNING_SECRET", "hostile-input-secret")
-
-        def set_env(**values: str | None) -> None:
-            for name, value in values.items():
-                if value is None:
-                    patch.delenv(name, raising=False)
-                else:
-                    patch.setenv(name, value)
-            get_settings.cache_clear()
-
-        get_settings.cache_clear()
+        set_env = env_setter(patch)  # for the whole module, not one test
+        set_env(ERMIS_SSE_MAX_DURATION_S="0.5", ERMIS_QUEUE_SIGNING_SECRET="hostile-input-secret")
         with embedded_queue(set_env), serve_in_thread(ROUTER) as url:
             yield url
     get_settings.cache_clear()
