@@ -28,6 +28,7 @@ from lib.settings import get_settings
 from tests.support.auth import TEST_CRON_SECRET
 from tests.support.env import env_setter
 from tests.support.feeds import FeedServer
+from tests.support.reliability import write_report
 from tests.support.servers import serve_in_thread
 
 TABLES = (
@@ -52,6 +53,14 @@ _given_database_url = os.environ.pop("DATABASE_URL", None)
 _given_redis_url = os.environ.pop("REDIS_URL", None)
 for _name in ("UPSTASH_REDIS_REST_URL", "UPSTASH_REDIS_REST_TOKEN", "SENTRY_DSN", "CLERK_AUTHORIZED_PARTIES"):
     os.environ.pop(_name, None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "reliability: records figures for RELIABILITY.md (scripts/reliability)")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    write_report()
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from lib.queues.signing import sign_message
 from lib.settings import get_settings
 from tests.support.env import env_setter
 from tests.support.queue import embedded_queue
+from tests.support.reliability import record
 from tests.support.servers import serve_in_thread
 
 ROUTER = VercelRouter(PROJECT_ROOT)
@@ -97,6 +98,7 @@ FOUND_BEFORE = dict(query=[], raw_query="", last_event_id=None, ce_headers={}, s
 CE = {"ce-type": "com.vercel.queue.v2beta", "ce-vqsqueuename": "rss-ingest", "ce-vqsmessageid": "m"}
 
 
+@pytest.mark.reliability
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 # The findings of the audit, always tried: each answered 500 before.
 @example(route_and_method=(STORY, "GET"), segment="a\x00b", authorization=0, body=b"", **FOUND_BEFORE)
@@ -181,6 +183,9 @@ def test_no_input_makes_a_route_fail_with_a_5xx(
         client.stream(method, target, headers=headers, content=body) as response,
     ):
         text = "" if response.headers.get("content-type", "").startswith("text/event-stream") else response.read()
+    record(
+        "bad-input", "generated requests to every route and method", sent=1, **{"5xx": int(response.status_code >= 500)}
+    )
     assert response.status_code < 500, (method, target[:200], response.status_code, text[:500])
     assert b"Traceback" not in (text or b"")
     if response.status_code >= 400 and method != "HEAD":

@@ -17,6 +17,7 @@ from lib.redis.commands import execute_command
 from tests.support.auth import cron_headers, session_headers
 from tests.support.functions import client_for, load_api_app
 from tests.support.processes import bundle_process, sigkill
+from tests.support.reliability import record
 
 
 def usage_fields(n: int, **overrides) -> dict:
@@ -126,6 +127,7 @@ async def test_postgres_down_requeues_with_one_more_attempt(db, redis_flavour: s
     assert json.loads(requeued)["attempts"] == 4
 
 
+@pytest.mark.reliability
 async def test_a_redrive_killed_between_claim_and_ack_is_recovered(db, redis_flavour: str, database_url: str) -> None:
     for n in range(1, 121):
         await enqueue_ai_ledger_retry(usage_fields(n))
@@ -143,6 +145,15 @@ async def test_a_redrive_killed_between_claim_and_ack_is_recovered(db, redis_fla
 
     result = await redrive_failed_ai_ledger_entries()
     assert (result["drained"], result["succeeded"]) == (120, 120)
+    ids = await ledger_ids(db)
+    expected = {f"usage-{n}" for n in range(1, 121)}
+    record(
+        "kills",
+        f"ledger redrive ({redis_flavour}), after the claim, before the ack",
+        entries=120,
+        lost=len(expected - set(ids)),
+        doubled=len(ids) - len(set(ids)),
+    )
     assert await ledger_ids(db) == sorted(f"usage-{n}" for n in range(1, 121))
     assert await outbox_count(db) == 120
     assert await list_of(PROCESSING_KEY) == [] and await list_of(QUEUE_KEY) == []

@@ -14,6 +14,7 @@ from tests.support.auth import cron_headers, session_headers
 from tests.support.fake_polar import TOKEN, FakePolar
 from tests.support.functions import client_for, load_api_app
 from tests.support.processes import bundle_process, sigkill
+from tests.support.reliability import record
 from tests.support.servers import serve_in_thread
 
 
@@ -98,6 +99,7 @@ async def test_a_poison_row_fails_alone_until_it_stops_being_retried(db, polar: 
     assert await statuses(db) == {"processed": 9, "failed": 1}
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize("failure", ["server_error", "dropped_connection"])
 async def test_a_server_or_network_failure_fails_the_whole_batch(db, polar: FakePolar, failure: str) -> None:
     await seed_outbox(db, 7)
@@ -109,6 +111,8 @@ async def test_a_server_or_network_failure_fails_the_whole_batch(db, polar: Fake
     cursor = await db.execute("SELECT DISTINCT attempt_count, last_error IS NOT NULL FROM ai_usage_metering_outbox")
     assert await cursor.fetchall() == [(1, True)]
     assert (await flush_ai_metering_outbox())["processed"] == 7
+    recovered = (await statuses(db)) == {"processed": 7} and polar.ingest_counts()["events"] == 7
+    record("faults", f"Polar {failure.replace('_', ' ')} during a flush", injected=1, recovered=int(recovered))
     assert await statuses(db) == {"processed": 7}
     assert polar.ingest_counts()["events"] == 7
 
@@ -124,6 +128,7 @@ async def test_two_flushes_at_once_send_each_row_once(db, polar: FakePolar, set_
     assert await statuses(db) == {"processed": 1000}
 
 
+@pytest.mark.reliability
 async def test_a_flush_killed_after_polar_accepted_resends_without_double_billing(db, polar: FakePolar) -> None:
     await seed_outbox(db, 40)
     polar.pause_after_accept_seconds = 60
@@ -135,6 +140,14 @@ async def test_a_flush_killed_after_polar_accepted_resends_without_double_billin
 
     polar.pause_after_accept_seconds = 0
     assert (await flush_ai_metering_outbox())["processed"] == 40
+    billed = polar.ingest_counts()["events"]
+    record(
+        "kills",
+        "metering flush, after Polar accepted, before the mark",
+        entries=40,
+        lost=max(0, 40 - billed),
+        doubled=max(0, billed - 40),
+    )
     assert polar.ingest_counts() == {"events": 40, "requests": 2, "duplicates": 40}
     assert await statuses(db) == {"processed": 40}
 

@@ -14,6 +14,7 @@ from tests.support.auth import cron_headers, session_headers
 from tests.support.catalogs import add_tenant, set_catalog
 from tests.support.feeds import FeedServer, rss
 from tests.support.functions import client_for, load_api_app
+from tests.support.reliability import record
 
 PATH = "/api/admin/rss/refresh"
 app = load_api_app("api/admin/rss/refresh.py")
@@ -81,6 +82,7 @@ async def test_with_the_pipeline_on_the_tick_publishes_instead_of_refreshing_inl
     assert feed_server.fetches["world"] == 1  # the consumer's build, shared with the tenants
 
 
+@pytest.mark.reliability
 async def test_a_failing_publish_is_reported_and_the_tick_goes_on_for_every_tenant(
     db, redis, feed_server: FeedServer, set_env, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -92,6 +94,8 @@ async def test_a_failing_publish_is_reported_and_the_tick_goes_on_for_every_tena
     assert response.status_code == 200
     body = response.json()
     assert (body["published"], body["pipelineEnabled"], body["inlineRefreshed"]) == (False, True, True)
+    went_on = body["tenantIngestion"]["refreshed"] == body["tenantIngestion"]["tenantScopes"] > 0
+    record("faults", "publishing fails during the tick", injected=1, recovered=int(went_on))
     assert body["publishError"].startswith("SigningSecretMissing")
     assert body["tenantIngestion"]["refreshed"] == body["tenantIngestion"]["tenantScopes"] > 0
     assert "alertSweep" in body

@@ -9,9 +9,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from lib.jobs.schedule import load_crons
+from lib.local.paths import PROJECT_ROOT
+from lib.local.routing import discover_routes, resolve
 from tests.support.auth import cron_headers, session_headers
 from tests.support.fake_polar import TOKEN, FakePolar
 from tests.support.functions import client_for, load_api_app
+from tests.support.reliability import record
 from tests.support.servers import serve_in_thread
 
 METERING = load_api_app("api/admin/ai/metering/flush.py")
@@ -34,6 +38,7 @@ async def seed_outbox(db, count: int) -> None:
     )
 
 
+@pytest.mark.reliability
 async def test_a_cron_fired_twice_at_once_runs_once(db, polar: FakePolar) -> None:
     await seed_outbox(db, 30)
     async with client_for(METERING) as client:
@@ -41,6 +46,9 @@ async def test_a_cron_fired_twice_at_once_runs_once(db, polar: FakePolar) -> Non
             client.get(PATH, headers=cron_headers()), client.get(PATH, headers=cron_headers())
         )
     bodies = sorted((first.json(), second.json()), key=lambda body: "skipped" in body)
+    counts = polar.ingest_counts()
+    doubled = counts["duplicates"] + max(0, counts["events"] - 30)
+    record("crons", "metering flush GET twice at once", fired=2, **{"doubled effects": doubled})
     assert first.status_code == second.status_code == 200
     assert bodies[0]["processed"] == 30
     assert bodies[1]["skipped"] == "already_running" and bodies[1]["job"] == "ai-metering-flush"
@@ -48,6 +56,7 @@ async def test_a_cron_fired_twice_at_once_runs_once(db, polar: FakePolar) -> Non
     assert polar.ingest_counts() == {"events": 30, "requests": 3, "duplicates": 0}
 
 
+@pytest.mark.reliability
 async def test_an_operator_post_during_the_scheduled_run_does_nothing(
     db, polar: FakePolar, mint_token: Callable[..., str]
 ) -> None:
@@ -58,6 +67,9 @@ async def test_an_operator_post_during_the_scheduled_run_does_nothing(
         await asyncio.sleep(0.1)
         operator = await client.post(PATH, headers=billing)
         assert (await scheduled).json()["processed"] == 20
+    counts = polar.ingest_counts()
+    doubled = counts["duplicates"] + max(0, counts["events"] - 20)
+    record("crons", "operator POST during the scheduled run", fired=2, **{"doubled effects": doubled})
     assert operator.status_code == 200 and operator.json()["skipped"] == "already_running"
     assert polar.ingest_counts()["duplicates"] == 0 and polar.ingest_counts()["events"] == 20
 
@@ -77,3 +89,20 @@ async def test_the_lease_is_released_after_a_run_and_a_dead_runs_lease_lapses(db
         assert (await client.get(PATH, headers=cron_headers())).json()["processed"] == 2
     leases = await (await db.execute("SELECT count(*) FROM cron_run_leases")).fetchone()
     assert leases == (0,)
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("cron", load_crons(), ids=lambda cron: cron.name)
+async def test_every_cron_fired_while_its_job_runs_does_nothing(db, cron) -> None:
+    await db.execute(
+        "INSERT INTO cron_run_leases (job, holder, trigger, lease_until)"
+        " VALUES (%s, gen_random_uuid(), 'schedule', now() + interval '1 minute')",
+        (cron.name,),
+    )
+    found = resolve(discover_routes(PROJECT_ROOT), cron.path)
+    async with client_for(load_api_app(found[0].file)) as client:
+        response = await client.get(cron.path, headers=cron_headers())
+    body = response.json()
+    ran = body.get("skipped") != "already_running"
+    record("crons", f"{cron.name} fired while a run of it is going", fired=2, **{"doubled effects": int(ran)})
+    assert response.status_code == 200 and body["job"] == cron.name and not ran

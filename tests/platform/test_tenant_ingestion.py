@@ -16,6 +16,7 @@ from lib.redis.commands import execute_command
 from tests.support.catalogs import add_tenant, set_catalog
 from tests.support.feeds import FeedServer, rss
 from tests.support.processes import bundle_process, output_of
+from tests.support.reliability import record
 
 ITEMS = [
     ("Storm hits the coast", "https://x.example/storm", "Winds."),
@@ -101,6 +102,7 @@ async def test_two_processes_refreshing_at_once_build_once(db, redis, feed_serve
     assert feed_server.total_fetches() == 4
 
 
+@pytest.mark.reliability
 async def test_a_build_killed_holding_the_lock_is_rebuilt_within_the_locks_short_lease(
     db, redis, feed_server: FeedServer, set_env
 ) -> None:
@@ -126,6 +128,7 @@ async def test_a_build_killed_holding_the_lock_is_rebuilt_within_the_locks_short
     del feed_server.modes["default-0"]
     started = asyncio.get_running_loop().time()
     stories = await list_aggregated_stories("global", force_refresh=True)
+    record("kills", "catalog build, holding the Redis build lock", entries=2, lost=2 - len(stories), doubled=0)
     assert len(stories) == 2  # nothing lost: the next caller built the catalog itself
     assert asyncio.get_running_loop().time() - started < LOCK_TTL_MS / 1000 + 10
 

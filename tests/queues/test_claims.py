@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from lib.queues.claims import claim_batch, finish_batch
+from tests.support.reliability import record
 
 
+@pytest.mark.reliability
 async def test_concurrent_claims_have_one_owner(db) -> None:
     claims = await asyncio.gather(*(claim_batch("rss.ingest", "b1", 300) for _ in range(10)))
+    owners = sum(claim.state == "claimed" for claim in claims)
+    record("duplicates", "10 claims of one batch at once", sent=10, **{"extra runs": owners - 1})
     assert sorted(claim.state for claim in claims) == ["claimed"] + ["held"] * 9
     owner = next(claim for claim in claims if claim.state == "claimed")
     await finish_batch(owner, succeeded=True)

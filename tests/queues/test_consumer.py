@@ -21,6 +21,7 @@ from lib.queues.publish import RssMessageMetadata, publish_rss_message
 from lib.queues.signing import sign_message
 from lib.queues.topics import dlq_topic, wire_topic
 from tests.support.queue import EmbeddedQueue, embedded_queue
+from tests.support.reliability import record
 
 TOPIC = "rss.cluster"  # a reserved stage's topic, reused here with test handlers
 WIRE = wire_topic(TOPIC)
@@ -68,6 +69,7 @@ async def test_a_signed_message_runs_once_and_is_acknowledged(queue: EmbeddedQue
     assert message.acknowledged
 
 
+@pytest.mark.reliability
 async def test_duplicates_delivered_at_the_same_moment_run_once(queue: EmbeddedQueue) -> None:
     """Three copies of one signed batch, pushed concurrently while the first is running."""
     app = consumer_app()
@@ -82,18 +84,24 @@ async def test_duplicates_delivered_at_the_same_moment_run_once(queue: EmbeddedQ
     assert len(held) == 2  # came back later, not acknowledged while the batch was running
     queue.advance(MAX_RETRY_DELAY_SECONDS)
     await queue.push(WIRE, app, PATH, CONSUMER)
+    record(
+        "duplicates", "3 copies of one batch pushed at once (queue consumer)", sent=3, **{"extra runs": len(calls) - 1}
+    )
     assert calls == [("dup", 1)] and all(message.acknowledged for message in queue.messages(WIRE))
 
 
+@pytest.mark.reliability
 async def test_consumers_keep_working_when_redis_is_down(queue: EmbeddedQueue, set_env) -> None:
     set_env(REDIS_URL="redis://127.0.0.1:9/0")
     app = consumer_app()
     await publish_rss_message(TOPIC, {"batchId": "no-redis"})
     [response] = await queue.push(WIRE, app, PATH, CONSUMER)
+    record("faults", "Redis down during a queue delivery", injected=1, recovered=int(calls == [("no-redis", 1)]))
     assert response.status_code == 200 and calls == [("no-redis", 1)]
     assert queue.messages(WIRE)[0].acknowledged
 
 
+@pytest.mark.reliability
 async def test_a_delivery_after_success_does_no_work(queue: EmbeddedQueue) -> None:
     app = consumer_app()
     signed = sign_message({"batchId": "b2", "sourceId": "all-sources"})
@@ -102,6 +110,7 @@ async def test_a_delivery_after_success_does_no_work(queue: EmbeddedQueue) -> No
     await queue.push(WIRE, app, PATH, CONSUMER)
     await client.send(WIRE, signed)  # the captured message, replayed
     [replayed] = await queue.push(WIRE, app, PATH, CONSUMER)
+    record("duplicates", "a captured message replayed after success", sent=1, **{"extra runs": len(calls) - 1})
     assert replayed.status_code == 200
     assert calls == [("b2", 1)]
     assert all(message.acknowledged for message in queue.messages(WIRE))

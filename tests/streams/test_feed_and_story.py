@@ -13,6 +13,7 @@ from lib.streams.feed import shared_watermarks
 from tests.support.auth import session_headers
 from tests.support.catalogs import add_draft
 from tests.support.functions import client_for, load_api_app
+from tests.support.reliability import record
 from tests.support.servers import serve_in_thread
 from tests.support.sse import capture_sse
 
@@ -156,6 +157,7 @@ async def test_the_story_id_comes_from_the_query_first_then_the_path(db, mint_to
             assert response.status_code == 200 and response.json()["story"]["storyId"] == "s1", path
 
 
+@pytest.mark.reliability
 async def test_the_story_stream_closes_by_its_self_close_even_while_a_read_hangs(
     db, story_base: str, database_url: str, mint_token: Callable[..., str], set_env
 ) -> None:
@@ -177,5 +179,7 @@ async def test_the_story_stream_closes_by_its_self_close_even_while_a_read_hangs
     capture = await capture_sse(f"{story_base}/api/stories/s1/events", headers, seconds=6.0)
     closed_after = time.monotonic() - started
     await locker
+    closed_in_time = capture.closed_by_server and closed_after < 3.0
+    record("faults", "database locked while a story stream reads", injected=1, recovered=int(closed_in_time))
     assert capture.closed_by_server and closed_after < 3.0, closed_after
     assert [phase["storyId"] for phase in capture.events("story.phase")] == ["s1"]
