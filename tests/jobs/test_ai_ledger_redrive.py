@@ -172,3 +172,25 @@ async def test_route_gates_and_body(db, redis, mint_token: Callable[..., str]) -
         for role in ("billing", "ops", "super_admin"):
             operator = session_headers(mint_token(platform_role=role))
             assert (await client.post(path, headers=operator)).json()["drained"] == 0
+
+
+@pytest.mark.reliability
+async def test_redis_down_during_the_redrive_loses_nothing(db, redis, set_env, redis_url: str) -> None:
+    from lib.redis.client import close_redis
+
+    for n in range(1, 31):
+        await enqueue_ai_ledger_retry(usage_fields(n))
+    await close_redis()
+    set_env(REDIS_URL="redis://127.0.0.1:9/0")
+    path = "/api/admin/ai/ledger/retry/flush"
+    async with client_for(load_api_app("api/admin/ai/ledger/retry/flush.py")) as client:
+        down = await client.get(path, headers=cron_headers())
+        assert down.status_code == 500 and down.json()["error"]["code"] == "internal_error"
+        await close_redis()
+        set_env(REDIS_URL=redis_url)  # Redis is back
+        back = (await client.get(path, headers=cron_headers())).json()
+    ids = await ledger_ids(db)
+    recovered = back["succeeded"] == 30 and len(ids) == len(set(ids)) == 30
+    record("faults", "Redis down during the ledger redrive", injected=1, recovered=int(recovered))
+    assert recovered, back
+    assert await list_of(QUEUE_KEY) == [] and await list_of(PROCESSING_KEY) == []

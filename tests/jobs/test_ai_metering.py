@@ -100,11 +100,13 @@ async def test_a_poison_row_fails_alone_until_it_stops_being_retried(db, polar: 
 
 
 @pytest.mark.reliability
-@pytest.mark.parametrize("failure", ["server_error", "dropped_connection"])
+@pytest.mark.parametrize("failure", ["server_error", "rate_limited", "dropped_connection"])
 async def test_a_server_or_network_failure_fails_the_whole_batch(db, polar: FakePolar, failure: str) -> None:
     await seed_outbox(db, 7)
     if failure == "server_error":
         polar.server_errors_left = 1
+    elif failure == "rate_limited":
+        polar.rate_limited_left = 1
     else:
         polar.drops_left = 1
     assert (await flush_ai_metering_outbox())["failed"] == 7

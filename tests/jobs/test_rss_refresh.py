@@ -147,3 +147,24 @@ def test_the_tick_deadline_is_derived_from_the_functions_max_duration() -> None:
 
     assert read_vercel_config()["functions"]["api/admin/rss/refresh.py"]["maxDuration"] == REFRESH_MAX_DURATION_S
     assert TICK_DEADLINE_S < REFRESH_MAX_DURATION_S
+
+
+@pytest.mark.reliability
+async def test_the_queue_service_down_during_publish_is_reported_and_the_tick_goes_on(
+    db, redis, feed_server: FeedServer, set_env
+) -> None:
+    from lib.local.services import free_port
+
+    set_env(
+        ERMIS_QUEUE_SIGNING_SECRET="refresh-test-secret",
+        VERCEL_QUEUE_API_TOKEN="local-token",
+        VERCEL_QUEUE_BASE_URL=f"http://127.0.0.1:{free_port()}",  # nothing listens there
+    )
+    await seed(db, feed_server)
+    await db.execute("INSERT INTO feature_flag_values (flag_key, enabled) VALUES ('rssQueuePipeline', true)")
+    async with client_for(app) as client:
+        response = await client.get(PATH, headers=cron_headers())
+    body = response.json()
+    went_on = response.status_code == 200 and body["inlineRefreshed"] and body["tenantIngestion"]["refreshed"] == 3
+    record("faults", "the queue service down during publish", injected=1, recovered=int(went_on))
+    assert went_on and body["published"] is False and body["publishError"], body

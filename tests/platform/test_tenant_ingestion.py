@@ -157,3 +157,16 @@ async def test_only_the_owner_releases_the_lock(db, redis) -> None:
         assert held
         await execute_command(get_redis(), "SET", key, "someone-else", "PX", 10_000)
     assert await execute_command(get_redis(), "GET", key) == "someone-else"
+
+
+@pytest.mark.reliability
+async def test_with_redis_down_the_build_runs_under_the_instances_own_lock(
+    db, feed_server: FeedServer, set_env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await catalog(db, feed_server, "default")
+    set_env(REDIS_URL="redis://127.0.0.1:9/0", UPSTASH_REDIS_REST_URL=None)
+    results = await asyncio.gather(*(list_aggregated_stories("global", force_refresh=True) for _ in range(3)))
+    built = all(len(stories) == 2 for stories in results) and feed_server.total_fetches() == 1
+    record("faults", "Redis down while the catalog build takes its lock", injected=1, recovered=int(built))
+    assert built, (results, feed_server.total_fetches())
+    assert "aggregation:build-lock" in capsys.readouterr().err

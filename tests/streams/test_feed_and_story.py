@@ -183,3 +183,41 @@ async def test_the_story_stream_closes_by_its_self_close_even_while_a_read_hangs
     record("faults", "database locked while a story stream reads", injected=1, recovered=int(closed_in_time))
     assert capture.closed_by_server and closed_after < 3.0, closed_after
     assert [phase["storyId"] for phase in capture.events("story.phase")] == ["s1"]
+
+
+@pytest.mark.reliability
+async def test_an_open_feed_stream_rides_out_a_database_restart(
+    db, feed_url: str, database_url: str, mint_token: Callable[..., str], set_env
+) -> None:
+    """Every connection killed and refused for a while, as in a restart: the stream skips those
+    ticks, then delivers the next change on the same connection — no reconnect at all."""
+    import psycopg
+
+    set_env(ERMIS_SSE_MAX_DURATION_S="8")
+    await add_draft(db, "org_a", "s1")
+    headers = session_headers(mint_token(org_id="org_a", org_role="org:member"))
+    name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+    admin_url = psycopg.conninfo.make_conninfo(database_url, dbname="postgres")
+
+    async def restart_then_write() -> None:
+        await asyncio.sleep(1.0)
+        async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as admin:
+            await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+            await asyncio.sleep(1.5)  # down
+            await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as writer:
+            await writer.execute(
+                "INSERT INTO editorial_story_drafts (id, tenant_scope_id, story_id, headline, status, phase)"
+                " VALUES ('org_a:s2', 'org_a', 's2', 'After the restart', 'review', 'synthesized')"
+            )
+
+    restarter = asyncio.create_task(restart_then_write())
+    capture = await capture_sse(feed_url, headers, seconds=7.0, stop_after=2)
+    await restarter
+    counts = [change["draftCount"] for change in capture.events("feed.changed")]
+    record("faults", "database restarted under an open feed stream", injected=1, recovered=int(counts == [1, 2]))
+    assert counts == [1, 2] and not capture.closed_by_server

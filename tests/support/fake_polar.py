@@ -2,6 +2,7 @@
 
 It stores ingested events, deduplicates on ``external_id`` like Polar (a duplicate is counted,
 not stored again), and can misbehave on demand: latency, a 422 for chosen events, 5xx answers,
+429 rate limits,
 connections dropped mid-response, or a pause after accepting a batch (to kill a client between
 Polar's accept and its own bookkeeping). ``POLAR_SERVER_URL`` points the bundle at it.
 """
@@ -27,6 +28,7 @@ class FakePolar:
     latency_seconds: float = 0.0
     reject_external_ids: set[str] = field(default_factory=set)
     server_errors_left: int = 0
+    rate_limited_left: int = 0
     drops_left: int = 0
     pause_after_accept_seconds: float = 0.0
     events: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -50,6 +52,9 @@ class FakePolar:
             if self.server_errors_left > 0:
                 self.server_errors_left -= 1
                 return JSONResponse({"detail": "upstream unavailable"}, 503)
+            if self.rate_limited_left > 0:
+                self.rate_limited_left -= 1
+                return JSONResponse({"detail": "rate limit exceeded"}, 429, headers={"Retry-After": "1"})
             events = body.get("events") if isinstance(body, dict) else None
             problems = self._validate(events)
             if problems:

@@ -7,8 +7,9 @@ while it builds (a Lua compare-and-expire), so a build may take as long as its f
 while a crashed owner's lock lapses within ``LOCK_TTL_MS`` — not after a whole function
 lifetime, during which every other instance would wait and then serve a stale catalog. A caller
 that does not get the lock waits (polling) until it is gone, then reads what the owner built,
-instead of building too. Without Redis, an in-process lock per key gives the same within one
-instance.
+instead of building too. Without Redis — not configured, or unreachable when the lock is
+taken — an in-process lock per key gives the same within one instance, so a Redis outage costs
+at most one build per instance, never the tick.
 """
 
 from __future__ import annotations
@@ -61,20 +62,29 @@ async def build_lock(
     """Yields True when this caller holds the lock (and should build), False when another
     holder built (or is still building after ``wait_seconds``)."""
     client = get_redis()
-    if client is None:
+    token = secrets.token_hex(16)
+    taken: bool | None = None
+    if client is not None:
+        try:
+            taken = bool(await execute_command(client, "SET", key, token, "NX", "PX", ttl_ms))
+        except Exception as error:  # noqa: BLE001 - Redis down: one build per instance beats none
+            log_server_error("aggregation:build-lock", error, key=key)
+    if taken is None:
         lock = _local_locks.setdefault(key, asyncio.Lock())
         contended = lock.locked()
         async with lock:
             yield not contended
         return
-    token = secrets.token_hex(16)
-    if await execute_command(client, "SET", key, token, "NX", "PX", ttl_ms):
+    if taken:
         renewal = asyncio.create_task(_keep_renewing(client, key, token, ttl_ms))
         try:
             yield True
         finally:
             renewal.cancel()
-            await execute_command(client, "EVAL", _RELEASE_SCRIPT, 1, key, token)
+            try:
+                await execute_command(client, "EVAL", _RELEASE_SCRIPT, 1, key, token)
+            except Exception as error:  # noqa: BLE001 - the short lease lapses by itself
+                log_server_error("aggregation:build-lock", error, key=key)
         return
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
