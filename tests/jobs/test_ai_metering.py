@@ -131,6 +131,21 @@ async def test_two_flushes_at_once_send_each_row_once(db, polar: FakePolar, set_
 
 
 @pytest.mark.reliability
+async def test_a_flush_killed_before_polar_accepted_sends_each_row_once_later(db, polar: FakePolar) -> None:
+    await seed_outbox(db, 25)
+    polar.latency_seconds = 60  # the request is in flight, not yet accepted
+    with bundle_process("flush_ai_metering_outbox()", "lib.jobs.ai_metering") as child:
+        assert await asyncio.to_thread(polar.received.wait, 60)  # the child now waits on Polar
+        sigkill(child)
+    assert polar.ingest_counts()["events"] == 0 and await statuses(db) == {"pending": 25}
+    polar.latency_seconds = 0
+    assert (await flush_ai_metering_outbox())["processed"] == 25
+    billed = polar.ingest_counts()["events"]
+    record("kills", "metering flush, before Polar accepted", entries=25, lost=25 - billed, doubled=0)
+    assert billed == 25 and polar.ingest_counts()["duplicates"] == 0 and await statuses(db) == {"processed": 25}
+
+
+@pytest.mark.reliability
 async def test_a_flush_killed_after_polar_accepted_resends_without_double_billing(db, polar: FakePolar) -> None:
     await seed_outbox(db, 40)
     polar.pause_after_accept_seconds = 60

@@ -34,6 +34,7 @@ class FakePolar:
     events: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: int = 0
     duplicates: int = 0
+    received: threading.Event = field(default_factory=threading.Event)
     accepted: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -45,6 +46,7 @@ class FakePolar:
         if request.headers.get("authorization") != f"Bearer {TOKEN}":
             return JSONResponse({"error": "Unauthorized", "detail": "Invalid token"}, 401)
         body = await request.json()
+        self.received.set()
         if self.latency_seconds:
             await asyncio.sleep(self.latency_seconds)
         with self.lock:
