@@ -149,13 +149,57 @@ async def test_a_redrive_killed_between_claim_and_ack_is_recovered(db, redis_fla
     expected = {f"usage-{n}" for n in range(1, 121)}
     record(
         "kills",
-        f"ledger redrive ({redis_flavour}), after the claim, before the ack",
+        f"ledger redrive ({redis_flavour}), after the claim, before the insert",
         entries=120,
         lost=len(expected - set(ids)),
         doubled=len(ids) - len(set(ids)),
     )
     assert await ledger_ids(db) == sorted(f"usage-{n}" for n in range(1, 121))
     assert await outbox_count(db) == 120
+    assert await list_of(PROCESSING_KEY) == [] and await list_of(QUEUE_KEY) == []
+
+
+@pytest.mark.reliability
+async def test_a_redrive_killed_after_the_insert_before_the_ack_inserts_nothing_twice(
+    db, redis, database_url: str, redis_url: str
+) -> None:
+    """The ack (a Redis write) is held by CLIENT PAUSE WRITE once the batch is in Postgres."""
+    from redis.asyncio import Redis
+
+    for n in range(1, 51):
+        await enqueue_ai_ledger_retry(usage_fields(n))
+    direct = Redis.from_url(redis_url)
+    try:
+        async with await psycopg.AsyncConnection.connect(database_url) as blocker:
+            await blocker.execute("LOCK TABLE ai_usage_ledger IN EXCLUSIVE MODE")  # hold the insert
+            with bundle_process("redrive_failed_ai_ledger_entries()", "lib.jobs.ai_ledger_redrive") as child:
+                for _ in range(300):
+                    if len(await list_of(PROCESSING_KEY)) == 50:
+                        break
+                    await asyncio.sleep(0.05)
+                await direct.execute_command("CLIENT", "PAUSE", "20000", "WRITE")  # the ack will wait
+                await blocker.rollback()  # the insert goes through
+                for _ in range(300):
+                    if len(await ledger_ids(db)) == 50:
+                        break
+                    await asyncio.sleep(0.05)
+                assert len(await ledger_ids(db)) == 50
+                sigkill(child)
+    finally:
+        await direct.execute_command("CLIENT", "UNPAUSE")
+        await direct.aclose()
+    assert len(await list_of(PROCESSING_KEY)) == 50  # never acknowledged
+    result = await redrive_failed_ai_ledger_entries()
+    ids = await ledger_ids(db)
+    record(
+        "kills",
+        "ledger redrive (redis), after the insert, before the ack",
+        entries=50,
+        lost=50 - len(set(ids)),
+        doubled=len(ids) - len(set(ids)) + max(0, await outbox_count(db) - 50),
+    )
+    assert result["drained"] == 50 and ids == sorted(f"usage-{n}" for n in range(1, 51))
+    assert await outbox_count(db) == 50  # the outbox row rode with the ledger insert: not billed twice
     assert await list_of(PROCESSING_KEY) == [] and await list_of(QUEUE_KEY) == []
 
 
