@@ -61,7 +61,7 @@ def json_depth_exceeds(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
 def _target_problem(scope: Scope) -> str | None:
     raw_path = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
     for name, raw in (("path", unquote_to_bytes(raw_path)), ("query string", unquote_to_bytes(scope["query_string"]))):
-        if not _is_clean_text(raw.replace(b"+", b" ")):
+        if not _is_clean_text(raw):
             return f"The {name} holds NUL or bytes that are not UTF-8."
     return None
 

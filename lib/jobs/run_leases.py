@@ -51,32 +51,35 @@ class RunningElsewhere:
         )
 
 
+_TAKE = (
+    "INSERT INTO cron_run_leases (job, holder, trigger, lease_until)"
+    " VALUES (%(job)s, %(holder)s, %(trigger)s, now() + make_interval(secs => %(lease)s))"
+    " ON CONFLICT (job) DO UPDATE SET holder = EXCLUDED.holder, trigger = EXCLUDED.trigger,"
+    " started_at = now(), lease_until = EXCLUDED.lease_until"
+    " WHERE cron_run_leases.lease_until < now()"
+    " RETURNING job"
+)
+_TAKE_ATTEMPTS = 3
+
+
 async def take_run_lease(job: str, trigger: str) -> RunLease | RunningElsewhere | None:
     """The lease, or who holds it; ``None`` when the database cannot be asked."""
     holder = uuid.uuid4()
     try:
         async with connection() as conn:
-            taken = await (
-                await conn.execute(
-                    "INSERT INTO cron_run_leases (job, holder, trigger, lease_until)"
-                    " VALUES (%(job)s, %(holder)s, %(trigger)s, now() + make_interval(secs => %(lease)s))"
-                    " ON CONFLICT (job) DO UPDATE SET holder = EXCLUDED.holder, trigger = EXCLUDED.trigger,"
-                    " started_at = now(), lease_until = EXCLUDED.lease_until"
-                    " WHERE cron_run_leases.lease_until < now()"
-                    " RETURNING job",
-                    {"job": job, "holder": holder, "trigger": trigger, "lease": LEASE_SECONDS},
-                )
-            ).fetchone()
-            if taken is not None:
-                return RunLease(job, holder)
-            held = await (
-                await conn.execute("SELECT trigger, started_at FROM cron_run_leases WHERE job = %s", (job,))
-            ).fetchone()
+            for _ in range(_TAKE_ATTEMPTS):
+                params = {"job": job, "holder": holder, "trigger": trigger, "lease": LEASE_SECONDS}
+                if await (await conn.execute(_TAKE, params)).fetchone() is not None:
+                    return RunLease(job, holder)
+                held = await (
+                    await conn.execute("SELECT trigger, started_at FROM cron_run_leases WHERE job = %s", (job,))
+                ).fetchone()
+                if held is not None:
+                    return RunningElsewhere(job, held["trigger"], held["started_at"])
+                # Released between the two statements: try to take it again.
     except Exception:  # noqa: BLE001 - the run meets the outage itself and reports it, once
         return None
-    if held is None:  # released between the two statements: this run may go
-        return await take_run_lease(job, trigger)
-    return RunningElsewhere(job, held["trigger"], held["started_at"])
+    return None
 
 
 async def release_run_lease(lease: RunLease) -> None:

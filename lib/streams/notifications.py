@@ -86,8 +86,12 @@ class Event:
 
     @property
     def event_id(self) -> str:
-        # Microseconds, as stored: a resume must not re-send the row it stopped at.
-        return f"{self.at.astimezone(UTC).isoformat(timespec='microseconds')}|{self.kind}|{self.row_id}"
+        return f"{_id_time(self.at)}|{self.kind}|{self.row_id}"
+
+
+def _id_time(at: datetime) -> str:
+    # Microseconds, as stored: a resume must not re-send the row it stopped at.
+    return at.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def _alert(row: dict[str, Any]) -> dict[str, Any]:
@@ -249,7 +253,7 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
             if newest is not None and (cursor_at is None or newest > cursor_at):
                 cursor_at = newest
             if cursor_at is not None and (frames or not connected):
-                yield cursor_frame(f"{cursor_at.astimezone(UTC).isoformat(timespec='microseconds')}|cursor|")
+                yield cursor_frame(f"{_id_time(cursor_at)}|cursor|")
             connected = True
         tick = await timing.next_tick_before(deadline)
 

@@ -16,6 +16,7 @@ import jwt
 import pytest
 from vercel.queue.devserver import EmbeddedQueueDevServer, embedded_queue_dev_server
 
+from lib.bundle import PROJECT_ROOT
 from lib.local.routing import discover_routes
 from lib.queues.handlers import LAST_INGEST_RUN_KEY
 from tests.support.auth import TEST_CRON_SECRET, cron_headers, session_headers
@@ -24,7 +25,7 @@ from tests.support.sse import capture_sse
 from tests.support.vercel_bootstrap import FunctionBootError, RunningFunction
 from tests.support.vercel_build import BuildOutput
 
-API_FILES = sorted(route.file for route in discover_routes(Path(__file__).resolve().parents[2]))
+API_FILES = sorted(route.file for route in discover_routes(PROJECT_ROOT))
 OIDC = {"x-vercel-oidc-token": jwt.encode({"sub": "deploy-stage", "exp": int(time.time()) + 86400}, "k" * 32)}
 SIGNING_SECRET = "deploy-stage-signing-secret"
 
@@ -83,7 +84,6 @@ def test_every_function_boots_and_answers_a_bare_request(boot: BootFunction, fil
             response = httpx.request(method, running.url + path, headers=OIDC, timeout=30)
             assert response.status_code < 500, (method, response.status_code, response.text)
             assert response.headers["content-type"].startswith("application/json"), response.headers
-    assert running.boot_seconds > 0
 
 
 async def test_the_feed_stream_delivers_a_change_made_while_it_is_open(db, boot: BootFunction, mint_token) -> None:

@@ -3,7 +3,6 @@ once, a killed redrive is recovered, poison and malformed entries end on the DLQ
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 
@@ -18,6 +17,7 @@ from tests.support.auth import cron_headers, session_headers
 from tests.support.functions import client_for, load_api_app
 from tests.support.processes import bundle_process, sigkill
 from tests.support.reliability import record
+from tests.support.waiting import eventually
 
 
 def usage_fields(n: int, **overrides) -> dict:
@@ -38,6 +38,14 @@ async def list_of(key: str) -> list[str]:
 
 async def ledger_ids(db) -> list[str]:
     return [row[0] for row in await (await db.execute("SELECT id FROM ai_usage_ledger ORDER BY id")).fetchall()]
+
+
+async def claimed(count: int) -> bool:
+    return len(await list_of(PROCESSING_KEY)) == count
+
+
+async def inserted(db, count: int) -> bool:
+    return len(await ledger_ids(db)) == count
 
 
 async def outbox_count(db) -> int:
@@ -135,11 +143,7 @@ async def test_a_redrive_killed_between_claim_and_ack_is_recovered(db, redis_fla
         # Hold the ledger so the child's insert waits after its claim.
         await blocker.execute("LOCK TABLE ai_usage_ledger IN EXCLUSIVE MODE")
         with bundle_process("redrive_failed_ai_ledger_entries()", "lib.jobs.ai_ledger_redrive") as child:
-            for _ in range(300):
-                if len(await list_of(PROCESSING_KEY)) == 100:
-                    break
-                await asyncio.sleep(0.05)
-            assert len(await list_of(PROCESSING_KEY)) == 100
+            assert await eventually(lambda: claimed(100))
             sigkill(child)
         await blocker.rollback()
 
@@ -173,17 +177,10 @@ async def test_a_redrive_killed_after_the_insert_before_the_ack_inserts_nothing_
         async with await psycopg.AsyncConnection.connect(database_url) as blocker:
             await blocker.execute("LOCK TABLE ai_usage_ledger IN EXCLUSIVE MODE")  # hold the insert
             with bundle_process("redrive_failed_ai_ledger_entries()", "lib.jobs.ai_ledger_redrive") as child:
-                for _ in range(300):
-                    if len(await list_of(PROCESSING_KEY)) == 50:
-                        break
-                    await asyncio.sleep(0.05)
+                assert await eventually(lambda: claimed(50))
                 await direct.execute_command("CLIENT", "PAUSE", "20000", "WRITE")  # the ack will wait
                 await blocker.rollback()  # the insert goes through
-                for _ in range(300):
-                    if len(await ledger_ids(db)) == 50:
-                        break
-                    await asyncio.sleep(0.05)
-                assert len(await ledger_ids(db)) == 50
+                assert await eventually(lambda: inserted(db, 50))
                 sigkill(child)
     finally:
         await direct.execute_command("CLIENT", "UNPAUSE")

@@ -117,6 +117,7 @@ async def test_a_purge_killed_mid_transaction_changes_nothing_and_the_next_run_p
 ) -> None:
     """SIGKILL after the notifications are deleted, while the ledger is locked: all rolled back."""
     from tests.support.processes import bundle_process, output_of, sigkill
+    from tests.support.waiting import eventually
 
     await db.execute("INSERT INTO notifications (id, user_id, type) VALUES ('n1', 'u1', 'system')")
     await db.execute("INSERT INTO ai_usage_ledger (id, user_id, model) VALUES ('l1', 'u1', 'm')")
@@ -124,17 +125,17 @@ async def test_a_purge_killed_mid_transaction_changes_nothing_and_the_next_run_p
     async with await psycopg.AsyncConnection.connect(database_url) as blocker:
         await blocker.execute("LOCK TABLE ai_usage_ledger IN EXCLUSIVE MODE")  # the purge's second table
         with bundle_process("purge_due_data_erasure_requests()", "lib.jobs.erasure_purge") as child:
-            for _ in range(300):  # until the child's delete of notifications is in, and it waits
+
+            async def purge_waits_on_the_ledger() -> bool:  # its delete of notifications is in
                 waiting = await (
                     await db.execute(
                         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
                         " AND wait_event_type = 'Lock' AND query LIKE '%%ai_usage_ledger%%'"
                     )
                 ).fetchone()
-                if waiting[0]:
-                    break
-                await asyncio.sleep(0.05)
-            assert waiting[0], output_of(child)
+                return waiting[0] > 0
+
+            assert await eventually(purge_waits_on_the_ledger), output_of(child)
             sigkill(child)
         await blocker.rollback()
     assert (await get_data_erasure_request(request.id)).status == "pending"

@@ -17,6 +17,7 @@ from tests.support.catalogs import add_tenant, set_catalog
 from tests.support.feeds import FeedServer, rss
 from tests.support.processes import bundle_process, output_of
 from tests.support.reliability import record
+from tests.support.waiting import eventually
 
 ITEMS = [
     ("Storm hits the coast", "https://x.example/storm", "Winds."),
@@ -117,11 +118,11 @@ async def test_a_build_killed_holding_the_lock_is_rebuilt_within_the_locks_short
     with bundle_process(
         "list_aggregated_stories('global', force_refresh=True)", "lib.platform.aggregation.stories"
     ) as child:
-        for _ in range(400):
-            if await execute_command(get_redis(), "EXISTS", lock_key):
-                break
-            await asyncio.sleep(0.05)
-        assert await execute_command(get_redis(), "EXISTS", lock_key), output_of(child)
+
+        async def lock_held() -> bool:
+            return bool(await execute_command(get_redis(), "EXISTS", lock_key))
+
+        assert await eventually(lock_held), output_of(child)
         await asyncio.sleep(6)  # past one renewal: the lease is being kept alive while the build runs
         assert await execute_command(get_redis(), "EXISTS", lock_key), output_of(child)
         sigkill(child)
