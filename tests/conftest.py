@@ -47,6 +47,10 @@ TABLES = (
     "queue_dead_letters",
     "queue_batch_claims",
     "cron_run_leases",
+    "cron_runs",
+    "cron_stale_reports",
+    "ops_audit_log",
+    "queue_topic_telemetry",
 )
 
 _given_database_url = os.environ.pop("DATABASE_URL", None)

@@ -4,19 +4,18 @@ and the caller's tenant-resolved ``GET /api/feature-flags`` (any session).
 ``PUT`` takes ``{"key", "enabled"?, "tenantScopeId"?, "clearOverride"?}``: exactly one of
 ``enabled`` (a boolean) and ``clearOverride: true``; an unknown key, a wrong type, an unknown
 field, both/neither, or a ``tenantScopeId`` over ``MAX_ID_LENGTH`` characters is a 400 naming
-the problem.
+the problem. A cookie can authenticate it, so it is same-origin JSON only
+(``lib.http.same_origin``), and each change is written to the operators' audit log.
 """
 
 from __future__ import annotations
 
-import json
-
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from lib.auth.gates import require_session
-from lib.http.errors import ApiError
+from lib.http.bodies import json_body
 from lib.http.request_limits import Identifier
 from lib.platform.flags import (
     FLAG_DEFINITIONS,
@@ -25,6 +24,7 @@ from lib.platform.flags import (
     resolve_feature_flags,
     set_feature_flag,
 )
+from lib.platform.ops_audit import record_operator_action
 
 
 class FlagUpdate(BaseModel):
@@ -49,19 +49,14 @@ async def read_flags(_request: Request) -> Response:
 
 
 async def update_flag(request: Request) -> Response:
-    try:
-        update = FlagUpdate.model_validate(json.loads(await request.body()))
-    except json.JSONDecodeError:
-        raise ApiError(400, "invalid_json", "The body must be a JSON object.") from None
-    except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(map(str, issue['loc'])) or 'body'}: {issue['msg']}" for issue in error.errors()
-        )
-        raise ApiError(400, "invalid_flag_update", problems) from None
+    update = await json_body(request, FlagUpdate, "invalid_flag_update")
     if update.clear_override:
         await clear_feature_flag(update.key, update.tenant_scope_id)
+        action, outcome = "flag.clear", {"tenantScopeId": update.tenant_scope_id}
     else:
         await set_feature_flag(update.key, bool(update.enabled), update.tenant_scope_id)
+        action, outcome = "flag.set", {"enabled": update.enabled, "tenantScopeId": update.tenant_scope_id}
+    await record_operator_action(require_session(request).user_id, action, "flags", [update.key], None, outcome)
     return JSONResponse({"flags": await list_feature_flags()})
 
 

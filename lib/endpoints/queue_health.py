@@ -6,7 +6,10 @@ what the bundle can actually count:
 - ``pipeline``: each RSS topic's dead letters (count, last failure) from ``queue_dead_letters``,
   and the latest dead letters with their errors; plus the flag and provisioning state;
 - ``aiLedgerRetry``: the lengths of the three Redis lists (``null`` without Redis);
-- ``meteringOutbox``: outbox rows by status, and how many have exhausted their attempts.
+- ``meteringOutbox``: outbox rows by status, and how many have exhausted their attempts;
+- ``topics``: per RSS topic, the consumer wrapper's own telemetry (``lib.queues.telemetry``):
+  published, deliveries, successes, retries, dead letters, rejected, last success, last
+  failure and its error, and the age of the last message delivered.
 
 The queue service itself exposes no depth or retry counts, so none are invented here.
 """
@@ -25,6 +28,7 @@ from lib.platform.ai_usage import MAX_AI_METERING_ATTEMPTS
 from lib.platform.flags import is_feature_enabled
 from lib.queues.client import get_queue_region, is_queues_provisioned
 from lib.queues.dead_letters import dead_letter_summary
+from lib.queues.telemetry import EMPTY_TELEMETRY, read_topic_telemetry
 from lib.queues.topics import RSS_QUEUE_TOPICS, dlq_topic, wire_topic
 from lib.redis.client import get_redis
 from lib.redis.commands import execute_pipeline
@@ -53,6 +57,14 @@ async def _metering_outbox() -> dict[str, int]:
         counts[row["status"]] = row["count"]
         counts["exhausted"] += row["exhausted"] if row["status"] == "failed" else 0
     return counts
+
+
+async def _topic_telemetry() -> list[dict[str, Any]]:
+    counted = await read_topic_telemetry()
+    return [
+        {"topic": logical, "wireTopic": wire_topic(logical), **(counted.get(logical) or EMPTY_TELEMETRY)}
+        for logical in RSS_QUEUE_TOPICS.values()
+    ]
 
 
 async def read_queue_health(_request: Request) -> Response:
@@ -90,6 +102,7 @@ async def read_queue_health(_request: Request) -> Response:
         },
         "aiLedgerRetry": await _ledger_retry_lengths(),
         "meteringOutbox": await _metering_outbox(),
+        "topics": await _topic_telemetry(),
         "measuredAt": iso_timestamp(),
     }
     return JSONResponse(body)

@@ -2,7 +2,9 @@
 
 Every error a client sees is ``{"error": {"code", "message", ...}}`` with a status code that
 names the problem; an unexpected exception becomes the typed 500 ``internal_error`` after
-being reported once through ``log_server_error``. Tracebacks never reach a response.
+being reported once through ``log_server_error``. Tracebacks never reach a response: the
+typed 500 keeps the (redacted) description of its cause server-side, on the response object's
+``REPORTED_ERROR`` attribute, where the cron history reads it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from lib.observability import log_server_error
+from lib.observability import describe_error, log_server_error
+
+REPORTED_ERROR = "ermis_reported_error"
 
 
 class ApiError(Exception):
@@ -39,4 +43,6 @@ def error_response(status: int, code: str, message: str, **details: Any) -> JSON
 def internal_error_response(route: str, error: BaseException) -> JSONResponse:
     """The spec's ``createInternalRouteErrorResponse``: report once, answer the typed 500."""
     log_server_error(route, error)
-    return error_response(500, "internal_error", "The server failed to handle this request.", route=route)
+    response = error_response(500, "internal_error", "The server failed to handle this request.", route=route)
+    setattr(response, REPORTED_ERROR, describe_error(error))
+    return response

@@ -77,7 +77,7 @@ async def _mark(conn: AsyncConnection, processed: list[int], failed: dict[int, s
     for row_id, error in failed.items():
         await conn.execute(
             "UPDATE ai_usage_metering_outbox SET status = 'failed', attempt_count = attempt_count + 1,"
-            " last_error = %s WHERE id = %s",
+            " last_error = %s, last_attempt_at = now() WHERE id = %s",
             (error[:2000], row_id),
         )
 

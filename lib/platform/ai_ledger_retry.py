@@ -13,15 +13,22 @@ run's reclaim pass moves it back. Each step is one round trip whatever the batch
 ``reclaim`` and ``claim`` are Lua scripts doing their ``LMOVE``s atomically on the server, and
 ``acknowledge`` is one ``MULTI``/``EXEC`` (``LREM`` of every claimed raw entry, plus the
 requeues and dead letters).
+
+``LedgerDeadLetters`` is the DLQ as a source of stuck work for the operations console: list
+(at most ``DLQ_SCAN_LIMIT`` items are read), redrive (back onto the queue, attempts reset, in
+one Lua script that only moves an item still on the DLQ) and delete.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from lib.clock import iso_timestamp
+from lib.platform.stuck_work import EntryOutcome, Position, StuckEntry, outcomes_in_order
 from lib.redis.client import get_redis
 from lib.redis.commands import execute_command, execute_pipeline
 
@@ -90,3 +97,87 @@ async def acknowledge(client: Any, claimed: Sequence[str], requeue: Sequence[str
     if dead_letters:
         commands.append(("LPUSH", DLQ_KEY, *dead_letters))
     await execute_pipeline(client, commands, atomic=True)
+
+
+# Operator actions on the DLQ (the ``ledger`` source of ``lib.platform.stuck_work``). An entry's
+# id is a digest of its DLQ item, so malformed entries have ids too; an action claims the item
+# with ``LREM``, which only one of two concurrent requests can win.
+DLQ_SCAN_LIMIT = 10_000
+_REDRIVE_SCRIPT = """
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
+  redis.call('LPUSH', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+def _dead_letter_id(item: str) -> str:
+    return hashlib.sha256(item.encode()).hexdigest()[:20]
+
+
+def _parse_json(raw: Any) -> Any:
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def _stuck_entry(item: str) -> StuckEntry:
+    envelope = _parse_json(item)
+    envelope = envelope if isinstance(envelope, dict) else {"entry": item, "reason": "unreadable dead letter"}
+    entry = _parse_json(envelope.get("entry"))
+    attempts = entry.get("attempts") if isinstance(entry, dict) else None
+    try:
+        failed_at = datetime.fromisoformat(str(envelope.get("deadLetteredAt")).replace("Z", "+00:00"))
+    except ValueError:
+        failed_at = datetime.fromtimestamp(0, UTC)
+    return StuckEntry(
+        "ledger",
+        _dead_letter_id(item),
+        failed_at,
+        attempts + 1 if isinstance(attempts, int) else None,
+        str(envelope.get("reason") or ""),
+        entry if entry is not None else envelope.get("entry"),
+    )
+
+
+def _retry_of(item: str) -> str | None:
+    """The queue entry that redrives a DLQ item, attempts reset; ``None`` when it has no id."""
+    entry = _parse_json((_parse_json(item) or {}).get("entry"))
+    if not isinstance(entry, dict) or not isinstance(entry.get("id"), str) or not entry["id"]:
+        return None
+    return retry_entry({key: value for key, value in entry.items() if key != "attempts"})
+
+
+class LedgerDeadLetters:
+    name = "ledger"
+
+    async def _items(self) -> dict[str, str]:
+        items = await execute_command(_client(), "LRANGE", DLQ_KEY, 0, DLQ_SCAN_LIMIT - 1)
+        return {_dead_letter_id(item): item for item in items or []}
+
+    async def list_entries(self, limit: int, before: Position | None) -> list[StuckEntry]:
+        entries = sorted((_stuck_entry(item) for item in (await self._items()).values()), key=lambda e: e.position)
+        return [entry for entry in reversed(entries) if before is None or entry.position < before][:limit]
+
+    async def redrive(self, ids: list[str], actor: str) -> list[EntryOutcome]:
+        client, items, acted = _client(), await self._items(), {}
+        for entry_id in ids:
+            item = items.get(entry_id)
+            if item is None:
+                continue
+            retry = _retry_of(item)
+            if retry is None:
+                acted[entry_id] = EntryOutcome(entry_id, "not_redrivable", "the entry has no ledger id")
+            elif await execute_command(client, "EVAL", _REDRIVE_SCRIPT, 2, DLQ_KEY, QUEUE_KEY, item, retry):
+                acted[entry_id] = EntryOutcome(entry_id, "redriven")
+        return outcomes_in_order(ids, acted, {})
+
+    async def delete(self, ids: list[str], actor: str) -> list[EntryOutcome]:
+        client, items, acted = _client(), await self._items(), {}
+        for entry_id in ids:
+            item = items.get(entry_id)
+            if item is not None and await execute_command(client, "LREM", DLQ_KEY, 1, item):
+                acted[entry_id] = EntryOutcome(entry_id, "deleted")
+        return outcomes_in_order(ids, acted, {})

@@ -17,6 +17,9 @@ leases the message and calls the subscriber registered here for the topic. The s
    cannot die with the instance), recorded in ``queue_dead_letters`` for the operators'
    queue view, and then acknowledged.
 
+Every delivery's outcome is counted in ``telemetry`` with one statement (the dead letter's row
+is written by that same statement).
+
 Each consumer subscribes under the consumer name Vercel gives its function
 (``consumer_names``); a push naming another consumer is answered 400 ``consumer_mismatch`` and
 logged, so a misnamed trigger surfaces instead of being dropped.
@@ -47,9 +50,10 @@ from lib.observability import describe_error, log_server_error
 from lib.queues.claims import BatchClaim, claim_batch, finish_batch
 from lib.queues.client import queue_client, uses_queue_service
 from lib.queues.consumer_names import vercel_consumer_name
-from lib.queues.dead_letters import record_dead_letter
+from lib.queues.dead_letters import insert_dead_letter
 from lib.queues.publish import RssHandler, RssMessageMetadata, register_rss_in_process_handler
 from lib.queues.signing import message_rejection
+from lib.queues.telemetry import record_delivery
 from lib.queues.topics import dlq_topic, wire_topic
 
 MAX_RETRY_DELAY_SECONDS = 300
@@ -84,8 +88,8 @@ class _Consumer:
         # The SDK holds subscribers weakly; this reference keeps ours registered.
         self.subscriber: Any = None
 
-    async def process(self, payload: Any, metadata: RssMessageMetadata) -> bool:
-        """Verify, claim and run once per batch; False when the message was rejected."""
+    async def process(self, payload: Any, metadata: RssMessageMetadata) -> str | None:
+        """Verify, claim and run once per batch; returns why the message was rejected, if it was."""
         context = f"queues:{self.topic}"
         rejection = message_rejection(payload)
         if rejection is not None:
@@ -95,15 +99,15 @@ class _Consumer:
                 messageId=metadata.message_id,
                 deliveryCount=metadata.delivery_count,
             )
-            return False
+            return rejection
         batch_id = str(payload.get("batchId") or "")
         if not batch_id:
             await self.handler(payload, metadata)
-            return True
+            return None
         claim = await claim_batch(self.topic, batch_id, self.options.visibility_timeout_seconds)
         if claim.state == "done":
             sys.stderr.write(f"[{context}] batch={batch_id} already ran; acknowledged without work\n")
-            return True
+            return None
         if claim.state == "held":
             raise BatchHeldElsewhere(claim)
         try:
@@ -112,31 +116,46 @@ class _Consumer:
             await _release(claim)
             raise
         await finish_batch(claim, succeeded=True)
-        return True
+        return None
 
     async def on_delivery(self, message: Message[dict[str, object]]) -> None:
         metadata = RssMessageMetadata(
             str(message.metadata.message_id), self.topic, int(message.metadata.delivery_count)
         )
+        created_at = message.metadata.created_at
         try:
-            await self.process(message.payload, metadata)
+            rejection = await self.process(message.payload, metadata)
         except BatchHeldElsewhere as held:
+            await record_delivery(self.topic, "held", created_at=created_at)
             raise RetryAfter(held.retry_after_seconds) from None
         except Exception as error:
             log_server_error(
                 f"queues:{self.topic}", error, messageId=metadata.message_id, deliveryCount=metadata.delivery_count
             )
+            described = describe_error(error)[:DLQ_ERROR_MESSAGE_CHARS]
             if metadata.delivery_count < self.options.max_attempts:
+                await record_delivery(self.topic, "retried", created_at=created_at, error=described)
                 raise RetryAfter(retry_delay_seconds(metadata.delivery_count)) from error
             dead_letter = {
                 "originalMessageId": metadata.message_id,
                 "originalTopic": self.topic,
                 "deliveryCount": metadata.delivery_count,
                 "failedAt": iso_timestamp(),
-                "errorMessage": describe_error(error)[:DLQ_ERROR_MESSAGE_CHARS],
+                "errorMessage": described,
             }
             await queue_client().send(dlq_topic(self.topic), dead_letter)
-            await record_dead_letter(dead_letter, message.payload)
+            await record_delivery(
+                self.topic,
+                "dead_lettered",
+                created_at=created_at,
+                error=described,
+                with_insert=insert_dead_letter(dead_letter, message.payload),
+            )
+            return
+        if rejection is None:
+            await record_delivery(self.topic, "succeeded", created_at=created_at)
+        else:
+            await record_delivery(self.topic, "rejected", created_at=created_at, error=f"rejected: {rejection}")
 
 
 async def _release(claim: BatchClaim) -> None:

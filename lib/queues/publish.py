@@ -23,6 +23,7 @@ from typing import Any, Literal
 from lib.clock import iso_timestamp
 from lib.queues.client import queue_client, uses_queue_service
 from lib.queues.signing import sign_message
+from lib.queues.telemetry import record_published
 from lib.queues.topics import RSS_QUEUE_TOPICS, wire_topic
 
 
@@ -50,18 +51,21 @@ def idempotency_key(topic: str, message: dict[str, Any]) -> str:
 PublishOutcome = Literal["queued", "dispatched", "dropped"]
 
 
-async def publish_rss_message(topic: str, message: dict[str, Any]) -> PublishOutcome:
+async def publish_rss_message(topic: str, message: dict[str, Any], *, key: str | None = None) -> PublishOutcome:
     """Sign and publish: ``queued`` on the queue service, ``dispatched`` to the in-process
-    handler, or ``dropped`` (not provisioned, no handler registered)."""
+    handler, or ``dropped`` (not provisioned, no handler registered). ``key`` replaces the
+    spec's idempotency key (a redrive must not be deduplicated against the original send)."""
     signed = sign_message(message)
     if uses_queue_service():
         client = queue_client()
-        await client.send(wire_topic(topic), signed, idempotency_key=idempotency_key(topic, signed))
+        await client.send(wire_topic(topic), signed, idempotency_key=key or idempotency_key(topic, signed))
+        await record_published(topic)
         return "queued"
     handler = _in_process_handlers.get(topic)
     if handler is None:
         sys.stderr.write(f"[queues:{topic}] no queue provisioned and no in-process handler; message dropped\n")
         return "dropped"
+    await record_published(topic)
     await handler(signed, RssMessageMetadata(f"in-process-{uuid.uuid4()}", topic, 1))
     return "dispatched"
 

@@ -75,7 +75,8 @@ async def test_bad_updates_are_400_and_change_nothing(db, body, mint_token: Call
         response = await client.put("/api/admin/flags", headers=admin, json=body)
         assert response.status_code == 400
         assert response.json()["error"]["code"] == "invalid_flag_update"
-        malformed = await client.put("/api/admin/flags", headers=admin, content=b"{nope")
+        json_headers = {**admin, "content-type": "application/json"}
+        malformed = await client.put("/api/admin/flags", headers=json_headers, content=b"{nope")
         assert malformed.status_code == 400 and malformed.json()["error"]["code"] == "invalid_json"
     assert (await (await db.execute("SELECT count(*) FROM feature_flag_values")).fetchone())[0] == 0
 

@@ -209,7 +209,14 @@ async def test_route_gates_and_body(db, redis, mint_token: Callable[..., str]) -
         compliance = session_headers(mint_token(platform_role="compliance"))
         assert (await client.post(path, headers=compliance)).status_code == 403
         response = await client.get(path, headers=cron_headers())
-        assert response.json() == {"drained": 1, "succeeded": 1, "requeued": 0, "deadLettered": 0, "errors": []}
+        assert response.json() == {
+            "drained": 1,
+            "succeeded": 1,
+            "requeued": 0,
+            "deadLettered": 0,
+            "errors": [],
+            "staleCrons": [],
+        }
         for role in ("billing", "ops", "super_admin"):
             operator = session_headers(mint_token(platform_role=role))
             assert (await client.post(path, headers=operator)).json()["drained"] == 0

@@ -54,7 +54,7 @@ async def test_cron_get_deletes_exactly_what_the_spec_names(db) -> None:
         response = await client.get(PATH, headers=cron_headers())
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"deleted", "deletedHashRecords", "deletedBatchClaims", "processedAt"}
+    assert set(body) == {"deleted", "deletedHashRecords", "deletedBatchClaims", "deletedCronRuns", "processedAt"}
     assert (body["deleted"], body["deletedHashRecords"], body["deletedBatchClaims"]) == (2, 2, 1)
     claims = await (await db.execute("SELECT batch_id FROM queue_batch_claims ORDER BY 1")).fetchall()
     assert [row[0] for row in claims] == ["old-released", "recent-done"]  # a released batch can still run

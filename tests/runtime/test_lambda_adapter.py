@@ -36,7 +36,13 @@ def test_cron_route_answers_through_mangum(db) -> None:
     path = "/api/admin/state/cleanup"
     ok = handler(http_api_v2_event(path, "GET", {"authorization": f"Bearer {TEST_CRON_SECRET}"}), None)
     assert ok["statusCode"] == 200
-    assert set(json.loads(ok["body"])) == {"deleted", "deletedHashRecords", "deletedBatchClaims", "processedAt"}
+    assert set(json.loads(ok["body"])) == {
+        "deleted",
+        "deletedHashRecords",
+        "deletedBatchClaims",
+        "deletedCronRuns",
+        "processedAt",
+    }
     refused = handler(http_api_v2_event(path, "GET", {}), None)
     assert refused["statusCode"] == 401
     assert json.loads(refused["body"])["error"]["code"] == "unauthorized"
