@@ -12,7 +12,9 @@ Start-up, in order:
    SDK's embedded Vercel Queue service starts, and ``queue_bridge`` pushes its messages to the
    consumer routes over HTTP (queue depths at ``/__dev/queues``).
 3. The router (``server.VercelRouter``) on ``PORT`` and the cron scheduler (``scheduler``),
-   which fires ``vercel.json``'s crons on their schedules with the cron bearer.
+   which fires ``vercel.json``'s crons on their schedules with the cron bearer. It prints the
+   operations console's and the realtime demo's URLs, and a development sign-in URL
+   (``dev_sign_in``) that sets the ``__session`` cookie for a chosen persona.
 
 The session's URL and cron secret are written to ``dev-session.json`` in the data directory
 (``lib.local.paths``) for
@@ -39,6 +41,7 @@ from lib.clock import iso_timestamp
 from lib.db.migrate import apply_migrations
 from lib.jobs.schedule import CronEntry, load_crons
 from lib.local.dev_keys import ensure_dev_key_pair
+from lib.local.dev_sign_in import PERSONAS, sign_in_endpoint, sign_in_url, sign_out
 from lib.local.paths import PROJECT_ROOT, data_dir, dev_key_dir, session_file
 from lib.local.queue_bridge import PushBridge, queue_triggers
 from lib.local.scheduler import CronScheduler, SimulatedClock, invoke_cron, system_clock
@@ -57,15 +60,19 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def prepare_secrets() -> None:
+def prepare_secrets() -> str | None:
+    """Returns the development private key when sessions are verified with its pair (the
+    dev sign-in mints with it), ``None`` when the environment gives its own ``CLERK_JWT_KEY``."""
     for name in ("CRON_SECRET", "ERMIS_QUEUE_SIGNING_SECRET"):
         if not os.environ.get(name):
             os.environ[name] = secrets.token_urlsafe(32)
             _say(f"  generated {name}={os.environ[name]}")
-    if not os.environ.get("CLERK_JWT_KEY"):
-        _, public_pem = ensure_dev_key_pair(dev_key_dir())
-        os.environ["CLERK_JWT_KEY"] = public_pem
-        _say(f"  CLERK_JWT_KEY = the development key pair in {dev_key_dir()} (mint: scripts/dev-token)")
+    if os.environ.get("CLERK_JWT_KEY"):
+        return None
+    private_pem, public_pem = ensure_dev_key_pair(dev_key_dir())
+    os.environ["CLERK_JWT_KEY"] = public_pem
+    _say(f"  CLERK_JWT_KEY = the development key pair in {dev_key_dir()} (mint: scripts/dev-token)")
+    return private_pem
 
 
 def prepare_services(use_upstash: bool, started: list[EmbeddedPostgres | EmbeddedRedis]) -> int | None:
@@ -94,11 +101,21 @@ def prepare_services(use_upstash: bool, started: list[EmbeddedPostgres | Embedde
 
 
 async def serve(
-    host: str, port: int, clock_start: datetime | None, upstash_port: int | None, queue: EmbeddedQueueDevServer | None
+    host: str,
+    port: int,
+    clock_start: datetime | None,
+    upstash_port: int | None,
+    queue: EmbeddedQueueDevServer | None,
+    dev_private_key: str | None,
 ) -> None:
     base_url = f"http://{host}:{port}"
     bridge = PushBridge(queue, base_url, queue_triggers(PROJECT_ROOT), _say) if queue else None
-    dev_routes = {"/__dev/queues": Route("/__dev/queues", bridge.depths_endpoint)} if bridge else {}
+    dev_routes = {
+        "/__dev/sign-in": Route("/__dev/sign-in", sign_in_endpoint(dev_private_key)),
+        "/__dev/sign-out": Route("/__dev/sign-out", sign_out),
+    }
+    if bridge:
+        dev_routes["/__dev/queues"] = Route("/__dev/queues", bridge.depths_endpoint)
     router = VercelRouter(PROJECT_ROOT, dev_routes)
     servers = [uvicorn.Server(uvicorn.Config(router, host=host, port=port, log_level="warning"))]
     if upstash_port is not None:
@@ -130,6 +147,12 @@ async def serve(
     }
     session_file().write_text(json.dumps(session))
     session_file().chmod(0o600)
+
+    # Announce only once the sockets accept connections: a script (or a test) that waits for
+    # "serving" can connect straight away.
+    serving = asyncio.gather(*(server.serve() for server in servers))
+    while not all(server.started for server in servers) and not serving.done():  # noqa: ASYNC110 - uvicorn has no start event
+        await asyncio.sleep(0.02)
     _say(f"serving {base_url}")
     for route in sorted(router.routes, key=lambda r: r.pattern):
         _say(f"  {base_url}{route.pattern}  <- {route.file}")
@@ -144,8 +167,15 @@ async def serve(
         routes = ", ".join(trigger.path for trigger in bridge.triggers)
         _say(f"  queue: embedded Vercel Queue service at {queue.base_url}, pushing to {routes}")
         background.append(asyncio.create_task(bridge.run(stop)))
+    _say(f"operations console: {base_url}/admin/")
+    _say(f"realtime demo:      {base_url}/realtime-demo.html")
+    if dev_private_key:
+        _say(f"sign in:            {sign_in_url(base_url, 'super_admin', '/admin/')}")
+        _say(f"                    (as={'|'.join(PERSONAS)}; next=/realtime-demo.html for the demo)")
+    else:
+        _say("sign in:            through your Clerk instance (CLERK_JWT_KEY is set)")
     try:
-        await asyncio.gather(*(server.serve() for server in servers))
+        await serving
     finally:
         stop.set()
         await asyncio.gather(*background)
@@ -170,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         ensure_port_free(args.host, args.port)
         data_dir().mkdir(parents=True, exist_ok=True)
         _say("ErmisAI functions, local runtime")
-        prepare_secrets()
+        dev_private_key = prepare_secrets()
         upstash_port = prepare_services(args.upstash, started)
         with contextlib.ExitStack() as stack:
             queue = (
@@ -183,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                     VERCEL_REGION=os.environ.get("VERCEL_REGION") or "iad1",
                 )
                 get_settings.cache_clear()
-            asyncio.run(serve(args.host, args.port, args.cron_clock_start, upstash_port, queue))
+            asyncio.run(serve(args.host, args.port, args.cron_clock_start, upstash_port, queue, dev_private_key))
     except ServiceStartError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -6,7 +6,7 @@ its ``app`` receives the request unchanged, full path included, with dynamic seg
 the query string — what the function sees on Vercel. As Vercel's runtime does, the request's
 headers are put into ``vercel.headers``' context for the call, where the SDKs read them.
 Files in ``public/`` are served at the root like Vercel's static output; ``/__dev/...`` routes
-are the local runtime's own (queue depths). Anything else is a 404 JSON.
+are the local runtime's own (queue depths, the development sign-in). Anything else is a 404 JSON.
 """
 
 from __future__ import annotations
@@ -89,8 +89,11 @@ class VercelRouter:
         await error_response(404, "not_found", f"No route for {path}.")(scope, receive, send)
 
     def _static_file(self, path: str) -> Path | None:
-        relative = path.lstrip("/") or "index.html"
-        candidate = (self.public_dir / relative).resolve()
+        """The file under ``public/`` for ``path``; a directory serves its ``index.html``
+        (``/admin/`` and ``/admin``), as Vercel's static output does."""
+        candidate = (self.public_dir / path.lstrip("/")).resolve()
+        if candidate.is_dir():
+            candidate = candidate / "index.html"
         if self.public_dir.resolve() not in candidate.parents or not candidate.is_file():
             return None
         return candidate

@@ -5,35 +5,17 @@ updating with EventSource broken, and a missing story stops for good."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
-from lib.local.paths import PROJECT_ROOT
+from tests.support.browser import OUTPUT
 from tests.support.devserver import DevServer, dev_token, running_dev_server
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-OUTPUT = PROJECT_ROOT / "test-output"
 STREAM_ENV = {"ERMIS_SSE_POLL_INTERVAL_MS": "300"}
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +123,15 @@ def test_a_session_without_a_tenant_stops_polling_the_feed(browser: Browser, dev
     polls_when_settled = len(feed_polls)
     page.wait_for_timeout(3000)  # three poll intervals of the demo page
     assert len(feed_polls) == polls_when_settled <= 1
+
+
+def test_a_visitor_without_a_session_is_told_how_to_sign_in(browser: Browser, dev_server: DevServer) -> None:
+    page = browser.new_context().new_page()
+    page.goto(f"{dev_server.url}/realtime-demo.html?pollMs=1000")
+    notice = page.get_by_test_id("signed-out")
+    expect(notice).to_be_visible(timeout=10_000)
+    expect(notice).to_contain_text("__session")
+    notice.get_by_role("link").click()  # the dev server's sign-in, back to the demo
+    expect(page).to_have_url(f"{dev_server.url}/realtime-demo.html")
+    expect(page.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=15_000)
+    expect(notice).to_be_hidden()

@@ -126,3 +126,11 @@ def test_the_dev_servers_router_agrees_with_vercels_routes(vercel_output: BuildO
     found = resolve(ROUTES, path)
     ours = (found[0].file, found[1]) if found else None
     assert ours == vercel_route(vercel_output, path)
+
+
+def test_the_pages_are_static_output_and_the_dev_sign_in_is_not_deployed(vercel_output: BuildOutput) -> None:
+    static = vercel_output.output_dir / "static"
+    for page in ("admin/index.html", "admin/console.js", "realtime-demo.html", "ermis-realtime.js"):
+        assert (static / page).read_bytes() == (PROJECT_ROOT / "public" / page).read_bytes(), page
+    assert vercel_route(vercel_output, "/__dev/sign-in") is None
+    assert not any(path.startswith("__dev") for path in vercel_output.functions)

@@ -163,3 +163,15 @@ def test_a_function_missing_a_vendored_package_fails_to_boot(boot: BootFunction)
         boot("api/feature-flags.py", leave_out=("_vendor/starlette/",)),
     ):
         pass
+
+
+async def test_the_console_reads_cron_health_from_the_deployed_vercel_json(db, boot: BootFunction, mint_token) -> None:
+    ops = {**OIDC, **session_headers(mint_token(platform_role="ops"))}
+    with boot("api/admin/state/cleanup.py") as cleanup:
+        ran = httpx.get(f"{cleanup.url}/api/admin/state/cleanup", headers={**OIDC, **cron_headers()}, timeout=30)
+        assert ran.status_code == 200
+    with boot("api/admin/crons.py") as crons:
+        response = httpx.get(f"{crons.url}/api/admin/crons", headers=ops, timeout=30)
+    assert response.status_code == 200, response.text
+    jobs = {job["name"]: job for job in response.json()["jobs"]}
+    assert len(jobs) == 5 and jobs["state-cleanup"]["runs"][0]["status"] == "succeeded"

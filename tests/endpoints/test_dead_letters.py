@@ -26,6 +26,7 @@ from lib.redis.commands import execute_command
 from tests.support.auth import session_headers
 from tests.support.functions import client_for, load_api_app
 from tests.support.queue import EmbeddedQueue, embedded_queue
+from tests.support.reliability import record
 
 DEAD_LETTERS = load_api_app("api/admin/dead-letters.py")
 AUDIT = load_api_app("api/admin/audit.py")
@@ -66,6 +67,7 @@ async def entries(client: httpx.AsyncClient, headers: dict[str, str], query: str
     return response.json()["entries"]
 
 
+@pytest.mark.reliability
 async def test_a_queue_dead_letter_is_redriven_once_and_its_consumer_runs_again(
     queue: EmbeddedQueue, db, mint_token: Callable[..., str]
 ) -> None:
@@ -93,6 +95,12 @@ async def test_a_queue_dead_letter_is_redriven_once_and_its_consumer_runs_again(
         assert await entries(client, headers) == []
 
     redriven = [message for message in queue.messages(WIRE) if not message.acknowledged]
+    record(
+        "duplicates",
+        "a queue dead letter redriven by two requests at once",
+        sent=2,
+        **{"extra runs": len(redriven) - 1},
+    )
     assert len(redriven) == 1  # sent once, signed anew
     failing["on"] = False
     [pushed] = await queue.push(WIRE, consumer, "/consume", CONSUMER)
@@ -115,6 +123,7 @@ async def ledger_items() -> tuple[list[str], list[str]]:
     )
 
 
+@pytest.mark.reliability
 async def test_ledger_dead_letters_go_back_on_the_retry_queue_with_attempts_reset(
     db, redis, mint_token: Callable[..., str]
 ) -> None:
@@ -135,6 +144,12 @@ async def test_ledger_dead_letters_go_back_on_the_retry_queue_with_attempts_rese
         )
         assert sorted(response.json()["results"][0]["outcome"] for response in both) == ["not_found", "redriven"]
         queued, dead = await ledger_items()
+        record(
+            "duplicates",
+            "a ledger DLQ entry redriven by two requests at once",
+            sent=2,
+            **{"extra runs": len(queued) - 1},
+        )
         assert len(dead) == 1  # the malformed one stays
         assert [json.loads(item) for item in queued] == [{**json.loads(good), "attempts": 0}]
 
@@ -158,6 +173,7 @@ async def seed_exhausted_metering_rows(db, count: int) -> list[str]:
     return [str(row[0]) for row in rows]
 
 
+@pytest.mark.reliability
 async def test_metering_rows_are_reset_or_discarded_once(db, redis, mint_token: Callable[..., str]) -> None:
     first, second = await seed_exhausted_metering_rows(db, 2)
     await db.execute("INSERT INTO ai_usage_metering_outbox (event, status, attempt_count) VALUES ('{}', 'failed', 2)")
@@ -169,6 +185,10 @@ async def test_metering_rows_are_reset_or_discarded_once(db, redis, mint_token: 
         both = await asyncio.gather(
             act(http, headers, action="redrive", source="metering", ids=[first]),
             act(http, headers, action="redrive", source="metering", ids=[first]),
+        )
+        redriven = [r for r in both if r.json()["results"][0]["outcome"] == "redriven"]
+        record(
+            "duplicates", "a metering row redriven by two requests at once", sent=2, **{"extra runs": len(redriven) - 1}
         )
         assert sorted(r.json()["results"][0]["outcome"] for r in both) == ["already_redriven", "redriven"]
         gone = await act(http, headers, action="delete", source="metering", ids=[second, "999"], reason="test data")

@@ -15,6 +15,7 @@ import psutil
 import psycopg
 import pytest
 
+from lib.local.dev_keys import ensure_dev_key_pair
 from tests.support.devserver import DevServer, dev_token, run_script, running_dev_server, service_pids
 
 
@@ -122,3 +123,41 @@ def test_a_taken_port_is_one_clear_line(dev_server: DevServer) -> None:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert re.fullmatch(r"error: port \d+ on 127\.0\.0\.1 is already in use; .*\n", result.stderr)
+
+
+def test_it_prints_the_console_the_demo_and_a_sign_in_that_works(dev_server: DevServer) -> None:
+    console = dev_server.wait_for(r"operations console: (\S+)", 1).group(1)
+    assert console == f"{dev_server.url}/admin/"
+    assert dev_server.wait_for(r"realtime demo: +(\S+)", 1).group(1) == f"{dev_server.url}/realtime-demo.html"
+    sign_in = dev_server.wait_for(r"sign in: +(\S+)", 1).group(1)
+    page = httpx.get(console)
+    assert page.status_code == 200 and "ErmisAI operations" in page.text
+    assert httpx.get(f"{dev_server.url}/admin").text == page.text  # with or without the slash, as on Vercel
+    with httpx.Client() as browser:
+        landed = browser.get(sign_in, follow_redirects=True)
+        assert landed.url == console and "__session" in browser.cookies
+        crons = browser.get(f"{dev_server.url}/api/admin/crons")  # the cookie alone authenticates
+    assert crons.status_code == 200 and len(crons.json()["jobs"]) == 5
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "location"),
+    [
+        ("as=ops&next=//evil.example/", 303, "/"),
+        ("as=ops&next=https://evil.example/", 303, "/"),
+        ("as=member&next=/realtime-demo.html", 303, "/realtime-demo.html"),
+        ("as=root", 400, None),
+    ],
+)
+def test_the_sign_in_redirects_only_to_this_server(dev_server: DevServer, query: str, status: int, location) -> None:
+    response = httpx.get(f"{dev_server.url}/__dev/sign-in?{query}")
+    assert response.status_code == status
+    assert response.headers.get("location") == location
+
+
+def test_no_dev_sign_in_when_sessions_are_verified_with_a_real_key(tmp_path) -> None:
+    _, public_pem = ensure_dev_key_pair(tmp_path / "someone-elses-clerk")
+    with running_dev_server(tmp_path / "data", CLERK_JWT_KEY=public_pem) as server:
+        server.wait_for(r"sign in: +through your Clerk instance", 1)
+        refused = httpx.get(f"{server.url}/__dev/sign-in?as=super_admin")
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "dev_sign_in_unavailable"

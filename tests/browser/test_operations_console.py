@@ -1,0 +1,180 @@
+"""public/admin/ in a real browser against scripts/dev: a super_admin signed in through the dev
+sign-in sees a real dead letter (the rss.ingest consumer failing five times on the embedded
+queue), redrives it, watches it leave the list and the audit log name them, and the consumer run
+again; an ops user cannot change flags; a member gets the restricted text; a hostile page on
+another origin cannot act with the operator's cookie. Screenshots go to test-output/."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from playwright.sync_api import Browser, Page, expect
+from vercel.queue import ALL_DEPLOYMENTS, QueueClient
+
+from lib.queues.handlers import LAST_INGEST_RUN_KEY
+from lib.queues.signing import SIGNATURE_FIELD, SIGNED_AT_FIELD, signature_for
+from tests.support.browser import OUTPUT
+from tests.support.devserver import DevServer, running_dev_server
+from tests.support.servers import serve_in_thread
+
+SIGNING_SECRET = "console-browser-test-secret"
+DEAD_LETTER_WAIT_MS = 90_000  # five deliveries, 2 + 4 + 8 + 16 s of backoff between them
+
+
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    data_dir = tmp_path_factory.mktemp("console-dev")
+    with running_dev_server(data_dir, ERMIS_QUEUE_SIGNING_SECRET=SIGNING_SECRET) as server:
+        yield server
+
+
+def execute(server: DevServer, sql: str, params: tuple = ()) -> list[tuple]:
+    with psycopg.connect(server.database_url, autocommit=True) as conn:
+        cursor = conn.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def signed_in(browser: Browser, server: DevServer, persona: str) -> Page:
+    """A fresh browser that signed in through the dev server's sign-in URL, on the console."""
+    page = browser.new_context().new_page()
+    page.goto(f"{server.url}/__dev/sign-in?as={persona}&next={quote('/admin/?refreshMs=1000', safe='')}")
+    expect(page).to_have_url(f"{server.url}/admin/?refreshMs=1000")
+    return page
+
+
+def send_ingest_message(server: DevServer, batch_id: str) -> None:
+    queue_url = server.wait_for(r"queue: embedded Vercel Queue service at (\S+),", 5).group(1)
+    unsigned = {"batchId": batch_id, "sourceId": "all-sources", SIGNED_AT_FIELD: int(time.time() * 1000)}
+    message = {**unsigned, SIGNATURE_FIELD: signature_for(unsigned, SIGNING_SECRET)}
+
+    async def send() -> None:
+        client = QueueClient(region="iad1", token="local-token", base_url=queue_url, deployment=ALL_DEPLOYMENTS)
+        await client.send("rss-ingest", message)
+
+    with ThreadPoolExecutor(1) as thread:  # Playwright's sync API owns this thread's event loop
+        thread.submit(asyncio.run, send()).result()
+
+
+def test_a_super_admin_redrives_a_real_dead_letter(browser: Browser, dev_server: DevServer) -> None:
+    execute(
+        dev_server,
+        "INSERT INTO feature_flag_values (flag_key, tenant_scope_id, enabled) VALUES ('rssQueuePipeline', '', true)",
+    )
+    # A job that stopped running three days ago, to be flagged stale.
+    execute(
+        dev_server,
+        "INSERT INTO cron_runs (job, trigger, status, started_at, finished_at, duration_ms, http_status, summary)"
+        " VALUES ('erasure-purge', 'schedule', 'succeeded', now() - interval '3 days', now() - interval '3 days',"
+        " 40, 200, '{\"due\": 0}')",
+    )
+    # The ingest consumer cannot write its state while the table is away: every delivery fails.
+    execute(dev_server, "ALTER TABLE platform_state RENAME TO platform_state_away")
+    try:
+        send_ingest_message(dev_server, "batch-console")
+        page = signed_in(browser, dev_server, "super_admin")
+        row = page.locator('[data-testid="dead-letters"] tr[data-entry^="queue:"]')
+        expect(row).to_have_count(1, timeout=DEAD_LETTER_WAIT_MS)
+    finally:
+        execute(dev_server, "ALTER TABLE platform_state_away RENAME TO platform_state")
+    expect(row).to_contain_text("platform_state")
+    ingest = page.locator('[data-topic="rss.ingest"]')
+    expect(ingest.locator('[data-counter="retries"]')).to_have_text("4")
+    expect(ingest.locator('[data-counter="deadLetters"]')).to_have_text("1")
+    expect(page.locator('tr[data-job="erasure-purge"]')).to_have_attribute("data-stale", "true")
+    OUTPUT.mkdir(exist_ok=True)
+    page.screenshot(path=str(OUTPUT / "admin-console-dead-letter.png"), full_page=True)
+
+    row.locator('input[type="checkbox"]').check()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_test_id("redrive-selected").click()
+    expect(page.get_by_test_id("action-result")).to_contain_text("redriven")
+    expect(page.locator('[data-testid="dead-letters"] tr[data-entry^="queue:"]')).to_have_count(0)
+    audit = page.locator('[data-testid="audit"] tr').first
+    expect(audit).to_contain_text("user_dev_super_admin")
+    expect(audit).to_contain_text("redrive")
+    # The consumer runs again, on the redriven message, and succeeds this time.
+    expect(ingest.locator('[data-counter="successes"]')).to_have_text("1", timeout=30_000)
+    last_run = "SELECT value->>'batchId' FROM platform_state WHERE key = %s"
+    [(batch,)] = execute(dev_server, last_run, (LAST_INGEST_RUN_KEY,))
+    assert batch == "batch-console"
+    page.screenshot(path=str(OUTPUT / "admin-console.png"), full_page=True)
+
+
+def test_an_ops_user_sees_the_console_but_cannot_change_flags(browser: Browser, dev_server: DevServer) -> None:
+    page = signed_in(browser, dev_server, "ops")
+    expect(page.get_by_test_id("flags-restricted")).to_be_visible(timeout=15_000)
+    expect(page.locator('[data-testid="flags"] input[type="checkbox"]')).to_have_count(0)
+    expect(page.locator('[data-testid="crons"] tr')).to_have_count(5)
+    status = page.evaluate(
+        """() => fetch('/api/admin/flags', {method: 'PUT', headers: {'content-type': 'application/json'},
+             body: JSON.stringify({key: 'rssQueuePipeline', enabled: false})}).then((r) => r.status)"""
+    )
+    assert status == 403
+
+
+def test_a_super_admin_toggles_a_flag_and_the_audit_log_says_so(browser: Browser, dev_server: DevServer) -> None:
+    page = signed_in(browser, dev_server, "super_admin")
+    toggle = page.get_by_label("aiUsageMetering enabled")
+    expect(toggle).to_be_visible(timeout=15_000)
+    was = toggle.is_checked()
+    toggle.click()
+    expect(page.get_by_label("aiUsageMetering enabled")).to_be_checked(checked=not was)
+    expect(page.locator('[data-testid="audit"] tr').first).to_contain_text("flag.set")
+    flag = "SELECT enabled FROM feature_flag_values WHERE flag_key = 'aiUsageMetering' AND tenant_scope_id = ''"
+    [(enabled,)] = execute(dev_server, flag)
+    assert enabled is (not was)
+
+
+def test_a_member_sees_the_restricted_text(browser: Browser, dev_server: DevServer) -> None:
+    page = signed_in(browser, dev_server, "member")
+    restricted = page.get_by_test_id("restricted")
+    expect(restricted).to_contain_text("Queue monitoring access is restricted", timeout=15_000)
+    expect(restricted).to_contain_text(
+        "This operations surface is limited to platform users with queue monitoring access."
+    )
+    expect(page.get_by_test_id("console")).to_be_hidden()
+    page.screenshot(path=str(OUTPUT / "admin-console-restricted.png"), full_page=True)
+
+
+def test_a_hostile_page_cannot_act_with_the_operators_cookie(browser: Browser, dev_server: DevServer) -> None:
+    [(entry_id,)] = execute(
+        dev_server,
+        "INSERT INTO ai_usage_metering_outbox (event, status, attempt_count) VALUES ('{}', 'failed', 5) RETURNING id",
+    )
+    body = json.dumps({"action": "delete", "source": "metering", "ids": [str(entry_id)], "reason": "csrf"})
+    target = f"{dev_server.url}/api/admin/dead-letters"
+    hostile = f"""<!doctype html><form method="post" action="{target}" enctype="text/plain">
+      <input name='{body[:-2]}' value='"}}'></form>
+      <script>
+        fetch({json.dumps(target)}, {{method: 'POST', mode: 'no-cors', credentials: 'include',
+          headers: {{'content-type': 'text/plain'}}, body: {json.dumps(body)}}});
+        fetch({json.dumps(target)}, {{method: 'POST', credentials: 'include',
+          headers: {{'content-type': 'application/json'}}, body: {json.dumps(body)}}}).catch(() => {{}});
+        setTimeout(() => document.forms[0].submit(), 300);
+      </script>"""
+
+    async def evil(_scope, _receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/html")]})
+        await send({"type": "http.response.body", "body": hostile.encode()})
+
+    page = signed_in(browser, dev_server, "super_admin")  # the operator's browser, cookie set
+    responses: list[int] = []
+    page.on(
+        "response",
+        lambda response: (
+            responses.append(response.status) if response.url == target and response.request.method == "POST" else None
+        ),
+    )
+    with serve_in_thread(evil) as evil_url:  # another origin (another port), same site
+        page.goto(evil_url)
+        page.wait_for_timeout(1500)
+    assert responses and set(responses) <= {403, 415}
+    [(status,)] = execute(dev_server, "SELECT status FROM ai_usage_metering_outbox WHERE id = %s", (entry_id,))
+    assert status == "failed"  # not discarded
