@@ -8,7 +8,9 @@ for the log redactor in ``lib.observability``.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr
@@ -36,6 +38,7 @@ class Settings(BaseSettings):
     vercel_queue_base_url: str | None = None
     vercel_region: str | None = None
     vercel_deployment_id: str | None = None
+    ermis_queue_transport: Literal["vercel", "sqs"] = "vercel"
 
     ermis_tenant_ingestion_time_budget_ms: int = 240_000
     ermis_feed_timeout_s: float = Field(default=10.0, gt=0)
@@ -60,6 +63,15 @@ class Settings(BaseSettings):
     @property
     def on_vercel(self) -> bool:
         return (self.vercel or "").strip() == "1"
+
+    @staticmethod
+    def sqs_queue_url_variable(wire_topic: str) -> str:
+        """``rss-ingest`` → ``ERMIS_SQS_QUEUE_URL_RSS_INGEST``."""
+        return "ERMIS_SQS_QUEUE_URL_" + wire_topic.upper().replace("-", "_")
+
+    def sqs_queue_url(self, wire_topic: str) -> str | None:
+        # One variable per topic, so read by name: the set of topics is not fixed here.
+        return (os.environ.get(self.sqs_queue_url_variable(wire_topic)) or "").strip() or None
 
     @property
     def authorized_parties(self) -> list[str]:

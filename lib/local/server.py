@@ -1,21 +1,18 @@
 """The dev server's router: every ``api/`` function behind one ASGI app, routed as Vercel does.
 
 Each function file is imported once, by path and under the module name Vercel's bootstrap
-gives it (``api.stories.[storyId].events``: not importable by name, hence by path), and
-its ``app`` receives the request unchanged, full path included, with dynamic segments also in
-the query string — what the function sees on Vercel. As Vercel's runtime does, the request's
-headers are put into ``vercel.headers``' context for the call, where the SDKs read them.
+gives it (``lib.runtime.functions``), and its ``app`` receives the request unchanged, full path
+included, with dynamic segments also in the query string — what the function sees on Vercel.
+As Vercel's runtime does, the request's headers are put into ``vercel.headers``' context for
+the call, where the SDKs read them.
 Files in ``public/`` are served at the root like Vercel's static output; ``/__dev/...`` routes
 are the local runtime's own (queue depths, the development sign-in). Anything else is a 404 JSON.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import mimetypes
-import sys
 from pathlib import Path
-from types import ModuleType
 from urllib.parse import urlencode
 
 from starlette.responses import FileResponse
@@ -23,32 +20,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from vercel.headers import HeadersContext, headers_from_asgi_scope
 
 from lib.http.errors import error_response
-from lib.local.routing import FunctionRoute, discover_routes, resolve
-
-
-def function_module_name(relative_file: str) -> str:
-    """``api/stories/[storyId]/events.py`` → ``api.stories.[storyId].events``, as ``vercel build``
-    writes ``__VC_HANDLER_MODULE_NAME`` (compared in the deployment stage)."""
-    return relative_file.removesuffix(".py").replace("/", ".")
-
-
-def load_function_module(project_root: Path, route: FunctionRoute) -> ModuleType:
-    module_name = function_module_name(route.file)
-    spec = importlib.util.spec_from_file_location(module_name, project_root / route.file)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {route.file}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def load_function_app(project_root: Path, route: FunctionRoute) -> ASGIApp:
-    module = load_function_module(project_root, route)
-    app = getattr(module, "app", None)
-    if app is None:
-        raise ImportError(f"{route.file} defines no top-level `app`")
-    return app
+from lib.local.routing import discover_routes, resolve
+from lib.runtime.functions import load_function_app
 
 
 class VercelRouter:
@@ -59,7 +32,7 @@ class VercelRouter:
         self.dev_routes = dev_routes or {}
         self.public_dir = project_root / "public"
         self.routes = discover_routes(project_root)
-        self.apps = {route.file: load_function_app(project_root, route) for route in self.routes}
+        self.apps = {route.file: load_function_app(project_root, route.file) for route in self.routes}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

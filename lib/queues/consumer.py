@@ -20,6 +20,11 @@ leases the message and calls the subscriber registered here for the topic. The s
 Every delivery's outcome is counted in ``telemetry`` with one statement (the dead letter's row
 is written by that same statement).
 
+Steps 1 to 3 are ``RssConsumer.deliver``, which knows no transport: it takes a ``Delivery`` and
+answers a ``DeliveryResult`` (acknowledge, or come back after N seconds). The Vercel push route
+turns that into the SDK's ``RetryAfter``; the SQS Lambda (``lib.runtime.aws.sqs``) into
+``ChangeMessageVisibility`` and ``batchItemFailures``.
+
 Each consumer subscribes under the consumer name Vercel gives its function
 (``consumer_names``); a push naming another consumer is answered 400 ``consumer_mismatch`` and
 logged, so a misnamed trigger surfaces instead of being dropped.
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -79,7 +85,29 @@ class BatchHeldElsewhere(Exception):
         self.retry_after_seconds = max(1, min(MAX_RETRY_DELAY_SECONDS, math.ceil(remaining)))
 
 
-class _Consumer:
+@dataclass(frozen=True)
+class Delivery:
+    """One delivery of a message, whatever carried it."""
+
+    payload: Any
+    message_id: str
+    delivery_count: int
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class DeliveryResult:
+    """Acknowledge the message (no ``retry_after_seconds``), or let it come back after that
+    many seconds. ``dead_letter`` is set when this was the last attempt and it failed."""
+
+    retry_after_seconds: int | None = None
+    dead_letter: dict[str, Any] | None = None
+
+
+DeadLetterMirror = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class RssConsumer:
     """One per (topic, consumer name) per process; re-creating a consumer (a module loaded
     twice) swaps the handler instead of registering a second, overlapping subscription."""
 
@@ -118,24 +146,26 @@ class _Consumer:
         await finish_batch(claim, succeeded=True)
         return None
 
-    async def on_delivery(self, message: Message[dict[str, object]]) -> None:
-        metadata = RssMessageMetadata(
-            str(message.metadata.message_id), self.topic, int(message.metadata.delivery_count)
-        )
-        created_at = message.metadata.created_at
+    async def deliver(self, delivery: Delivery, mirror_dead_letter: DeadLetterMirror | None = None) -> DeliveryResult:
+        """Run one delivery through verify → claim → handler and count it; the result says
+        whether the transport acknowledges it or lets it come back. On the last attempt the dead
+        letter is passed to ``mirror_dead_letter`` (Vercel's ``-dlq`` topic; SQS's redrive
+        policy needs none) and then recorded in ``queue_dead_letters``."""
+        metadata = RssMessageMetadata(delivery.message_id, self.topic, delivery.delivery_count)
+        created_at = delivery.created_at
         try:
-            rejection = await self.process(message.payload, metadata)
+            rejection = await self.process(delivery.payload, metadata)
         except BatchHeldElsewhere as held:
             await record_delivery(self.topic, "held", created_at=created_at)
-            raise RetryAfter(held.retry_after_seconds) from None
-        except Exception as error:
+            return DeliveryResult(retry_after_seconds=held.retry_after_seconds)
+        except Exception as error:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
             log_server_error(
                 f"queues:{self.topic}", error, messageId=metadata.message_id, deliveryCount=metadata.delivery_count
             )
             described = describe_error(error)[:DLQ_ERROR_MESSAGE_CHARS]
             if metadata.delivery_count < self.options.max_attempts:
                 await record_delivery(self.topic, "retried", created_at=created_at, error=described)
-                raise RetryAfter(retry_delay_seconds(metadata.delivery_count)) from error
+                return DeliveryResult(retry_after_seconds=retry_delay_seconds(metadata.delivery_count))
             dead_letter = {
                 "originalMessageId": metadata.message_id,
                 "originalTopic": self.topic,
@@ -143,19 +173,39 @@ class _Consumer:
                 "failedAt": iso_timestamp(),
                 "errorMessage": described,
             }
-            await queue_client().send(dlq_topic(self.topic), dead_letter)
+            if mirror_dead_letter is not None:
+                await mirror_dead_letter(dead_letter)
             await record_delivery(
                 self.topic,
                 "dead_lettered",
                 created_at=created_at,
                 error=described,
-                with_insert=insert_dead_letter(dead_letter, message.payload),
+                with_insert=insert_dead_letter(dead_letter, delivery.payload),
             )
-            return
+            return DeliveryResult(dead_letter=dead_letter)
         if rejection is None:
             await record_delivery(self.topic, "succeeded", created_at=created_at)
         else:
             await record_delivery(self.topic, "rejected", created_at=created_at, error=f"rejected: {rejection}")
+        return DeliveryResult()
+
+    async def on_vercel_delivery(self, message: Message[dict[str, object]]) -> None:
+        """The SDK's subscriber: a result to retry becomes the SDK's ``RetryAfter``; a dead
+        letter is mirrored to the ``-dlq`` topic (the send awaited, so the record cannot die
+        with the instance) and the message acknowledged."""
+        delivery = Delivery(
+            message.payload,
+            str(message.metadata.message_id),
+            int(message.metadata.delivery_count),
+            message.metadata.created_at,
+        )
+
+        async def send_to_dlq_topic(dead_letter: dict[str, Any]) -> None:
+            await queue_client().send(dlq_topic(self.topic), dead_letter)
+
+        result = await self.deliver(delivery, send_to_dlq_topic)
+        if result.retry_after_seconds is not None:
+            raise RetryAfter(result.retry_after_seconds)
 
 
 async def _release(claim: BatchClaim) -> None:
@@ -166,19 +216,19 @@ async def _release(claim: BatchClaim) -> None:
         log_server_error("queues:claims", error, batchId=claim.batch_id)
 
 
-_consumers: dict[tuple[str, str], _Consumer] = {}
+_consumers: dict[tuple[str, str], RssConsumer] = {}
 
 
-def _consumer_for(topic: str, name: str, handler: RssHandler, options: ConsumerOptions) -> _Consumer:
+def _consumer_for(topic: str, name: str, handler: RssHandler, options: ConsumerOptions) -> RssConsumer:
     existing = _consumers.get((topic, name))
     if existing is not None:
         existing.handler, existing.options = handler, options
         return existing
-    consumer = _Consumer(topic, name, handler, options)
+    consumer = RssConsumer(topic, name, handler, options)
     _consumers[(topic, name)] = consumer
 
     async def deliver(message: Message[dict[str, object]]) -> None:
-        await consumer.on_delivery(message)
+        await consumer.on_vercel_delivery(message)
 
     deliver.__name__ = f"deliver_{name}"
     # Already Vercel's name: a plain str would be sanitised again (every "_" doubled).
@@ -224,3 +274,9 @@ def create_rss_consumer(
         return JSONResponse({"acknowledged": True})
 
     return receive_push
+
+
+def registered_consumers() -> list[RssConsumer]:
+    """Every consumer the ``api/`` modules loaded in this process created — how another
+    transport's entry point (``lib.runtime.aws.entry``) reaches the same consumers."""
+    return list(_consumers.values())

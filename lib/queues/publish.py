@@ -1,8 +1,9 @@
 """Publishing signed messages (spec: ``publishRssMessage``, ``publishRssAggregationRefresh``).
 
-Provisioned, or on Vercel: ``QueueClient.send`` to the wire topic with the spec's idempotency key
-``<topic>:<batchId>:<first 96 characters of the JSON, non-alphanumerics as _>``. A client that
-cannot be built raises — never an in-process fallthrough, because on serverless a detached
+With a transport (``lib.queues.transport``: Vercel Queues when provisioned or on Vercel, or
+SQS): sent to the topic with the spec's idempotency key
+``<topic>:<batchId>:<first 96 characters of the JSON, non-alphanumerics as _>``. A transport
+that cannot send raises — never an in-process fallthrough, because on serverless a detached
 in-process run can die with the response and turn "publish failed" into "maybe ran".
 
 Not provisioned off the platform (local development without a queue): the message goes straight to the handler
@@ -21,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lib.clock import iso_timestamp
-from lib.queues.client import queue_client, uses_queue_service
 from lib.queues.signing import sign_message
 from lib.queues.telemetry import record_published
-from lib.queues.topics import RSS_QUEUE_TOPICS, wire_topic
+from lib.queues.topics import RSS_QUEUE_TOPICS
+from lib.queues.transport import queue_transport
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,9 @@ async def publish_rss_message(topic: str, message: dict[str, Any], *, key: str |
     handler, or ``dropped`` (not provisioned, no handler registered). ``key`` replaces the
     spec's idempotency key (a redrive must not be deduplicated against the original send)."""
     signed = sign_message(message)
-    if uses_queue_service():
-        client = queue_client()
-        await client.send(wire_topic(topic), signed, idempotency_key=key or idempotency_key(topic, signed))
+    transport = queue_transport()
+    if transport is not None:
+        await transport.send(topic, signed, idempotency_key=key or idempotency_key(topic, signed))
         await record_published(topic)
         return "queued"
     handler = _in_process_handlers.get(topic)

@@ -14,8 +14,8 @@ import pytest
 from lib.bundle import PROJECT_ROOT, read_vercel_config
 from lib.local.queue_bridge import queue_triggers
 from lib.local.routing import discover_routes, resolve
-from lib.local.server import function_module_name
 from lib.queues.consumer_names import vercel_consumer_name
+from lib.runtime.functions import function_module_name
 from tests.support.vercel_build import BuildOutput, normalise_distribution
 
 ROUTES = discover_routes(PROJECT_ROOT)

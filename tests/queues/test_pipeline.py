@@ -200,10 +200,9 @@ def test_a_reserved_consumer_does_not_load_the_aggregation_build_at_cold_start()
 
     probe = (
         "import sys\n"
-        "from lib.local.routing import route_for_file\n"
-        "from lib.local.server import load_function_app\n"
+        "from lib.runtime.functions import load_function_app\n"
         "from lib.local.paths import PROJECT_ROOT\n"
-        "load_function_app(PROJECT_ROOT, route_for_file('api/queues/rss/enrich.py'))\n"
+        "load_function_app(PROJECT_ROOT, 'api/queues/rss/enrich.py')\n"
         "print(sorted(m for m in ('feedparser', 'lib.platform.aggregation.stories') if m in sys.modules))\n"
     )
     result = subprocess.run(

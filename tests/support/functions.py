@@ -5,13 +5,12 @@ from __future__ import annotations
 import httpx
 from starlette.types import ASGIApp
 
-from lib.local.paths import PROJECT_ROOT
-from lib.local.routing import route_for_file
-from lib.local.server import load_function_app
+from lib.bundle import PROJECT_ROOT
+from lib.runtime.functions import load_function_app
 
 
 def load_api_app(relative_file: str) -> ASGIApp:
-    return load_function_app(PROJECT_ROOT, route_for_file(relative_file))
+    return load_function_app(PROJECT_ROOT, relative_file)
 
 
 def client_for(app: ASGIApp) -> httpx.AsyncClient:

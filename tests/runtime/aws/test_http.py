@@ -1,10 +1,11 @@
-"""lib.runtime.lambda_adapter: an API Gateway HTTP API v2 event reaches the function's route."""
+"""lib.runtime.aws.http: an API Gateway HTTP API v2 event reaches the function's route."""
 
 from __future__ import annotations
 
 import json
 
-from lib.runtime.lambda_adapter import lambda_handler_for
+from lib.runtime.aws.http import lambda_handler_for
+
 from tests.support.auth import TEST_CRON_SECRET
 from tests.support.functions import load_api_app
 

@@ -1,0 +1,307 @@
+"""``scripts/aws-template``: the AWS CloudFormation template of the bundle, derived from
+``vercel.json`` and the ``api/`` tree — one source of truth, so a cron or a queue trigger added
+to ``vercel.json`` (or a file added under ``api/``) appears here with no other edit.
+
+What it declares:
+
+- **a Lambda function per ``api/`` file** (Python 3.12, handler ``lib.runtime.aws.entry.handler``,
+  ``ERMIS_AWS_ENTRYPOINT`` naming the file; timeout = the file's ``maxDuration``, else
+  ``DEFAULT_TIMEOUT_S``), except the SSE streams (``events.py``): Lambda buffers a Python
+  response, so they run in the container process instead (``scripts/serve``), and browsers that
+  cannot reach them fall back to the polling routes;
+- **an HTTP API** (API Gateway v2) with a route per function (``ANY /api/stories/{storyId}``), the
+  Lambda proxy integration (payload 2.0) and the permission for API Gateway to invoke it; the
+  queue consumers get no route — SQS invokes them;
+- **an SQS queue and its DLQ queue per ``queue/v2beta`` topic**: visibility timeout 300 s (the
+  consumer's lease), redrive policy ``maxReceiveCount: 5``, and the event source mapping to the
+  consumer function with ``ReportBatchItemFailures`` (batch size 10);
+- **an EventBridge Scheduler schedule per cron**: the same expression in AWS's six-field form,
+  time zone UTC, invoking the cron's function directly with ``{"ermisCron": path}`` through a
+  role only the scheduler can assume (``lib.runtime.aws.scheduler``);
+- the two roles, and the secrets as ``NoEcho`` parameters.
+
+Every function gets ``ERMIS_QUEUE_TRANSPORT=sqs`` and each topic's ``ERMIS_SQS_QUEUE_URL_<TOPIC>``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from lib.bundle import PROJECT_ROOT, read_vercel_config
+from lib.jobs.schedule import load_crons
+from lib.local.routing import discover_routes
+from lib.settings import Settings
+
+RUNTIME = "python3.12"
+HANDLER = "lib.runtime.aws.entry.handler"
+DEFAULT_TIMEOUT_S = 60
+MEMORY_MB = 1024
+QUEUE_VISIBILITY_TIMEOUT_S = 300
+MAX_RECEIVE_COUNT = 5
+SQS_BATCH_SIZE = 10
+DLQ_RETENTION_S = 14 * 24 * 3600
+STREAM_FILE = "events.py"
+SECRET_PARAMETERS = {
+    "DatabaseUrl": "DATABASE_URL",
+    "RedisUrl": "REDIS_URL",
+    "CronSecret": "CRON_SECRET",
+    "ClerkJwtKey": "CLERK_JWT_KEY",
+    "QueueSigningSecret": "ERMIS_QUEUE_SIGNING_SECRET",
+    "SentryDsn": "SENTRY_DSN",
+}
+
+
+def logical_id(text: str, suffix: str) -> str:
+    """``api/stories/[storyId]/events.py`` → ``ApiStoriesStoryIdEvents`` + suffix."""
+    words = re.split(r"[^A-Za-z0-9]+", text.removesuffix(".py"))
+    return "".join(word[:1].upper() + word[1:] for word in words if word) + suffix
+
+
+def aws_cron_expression(schedule: str) -> str:
+    """A five-field UTC cron (``vercel.json``) as EventBridge's ``cron(min hour dom month dow
+    year)``: one of day-of-month and day-of-week must be ``?``, and AWS numbers the days of the
+    week 1-7 from Sunday where cron numbers them 0-6."""
+    minute, hour, day_of_month, month, day_of_week = schedule.split()
+    if day_of_week == "*":
+        day_of_week = "?"
+    elif day_of_month == "*":
+        day_of_month = "?"
+        day_of_week = re.sub(r"\d+", lambda match: str(int(match.group()) % 7 + 1), day_of_week)
+    else:
+        raise ValueError(f"{schedule!r}: EventBridge cannot restrict both day of month and day of week")
+    return f"cron({minute} {hour} {day_of_month} {month} {day_of_week} *)"
+
+
+def _queue_triggers(config: dict[str, Any]) -> dict[str, str]:
+    """api file → the wire topic it consumes."""
+    return {
+        file: trigger["topic"]
+        for file, settings in config.get("functions", {}).items()
+        for trigger in settings.get("experimentalTriggers", [])
+        if trigger.get("type") == "queue/v2beta"
+    }
+
+
+def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
+    config = read_vercel_config(project_root)
+    consumers = _queue_triggers(config)
+    topics = sorted(set(consumers.values()))
+    parameters: dict[str, Any] = {
+        "CodeBucket": {"Type": "String", "Description": "S3 bucket holding the function package"},
+        "CodeKey": {"Type": "String", "Description": "S3 key of the package (see README: Deploying to AWS)"},
+        "QueueConsumersEnabled": {"Type": "String", "AllowedValues": ["true", "false"], "Default": "true"},
+        **{
+            name: {"Type": "String", "NoEcho": True, "Default": "", "Description": f"{variable}"}
+            for name, variable in SECRET_PARAMETERS.items()
+        },
+    }
+    resources: dict[str, Any] = {}
+    queue_ids = {topic: logical_id(topic, "Queue") for topic in topics}
+    for topic in topics:
+        dlq = logical_id(topic, "DeadLetterQueue")
+        resources[dlq] = {
+            "Type": "AWS::SQS::Queue",
+            "Properties": {
+                "QueueName": {"Fn::Sub": f"${{AWS::StackName}}-{topic}-dlq"},
+                "MessageRetentionPeriod": DLQ_RETENTION_S,
+            },
+        }
+        resources[queue_ids[topic]] = {
+            "Type": "AWS::SQS::Queue",
+            "Properties": {
+                "QueueName": {"Fn::Sub": f"${{AWS::StackName}}-{topic}"},
+                "VisibilityTimeout": QUEUE_VISIBILITY_TIMEOUT_S,
+                "RedrivePolicy": {
+                    "deadLetterTargetArn": {"Fn::GetAtt": [dlq, "Arn"]},
+                    "maxReceiveCount": MAX_RECEIVE_COUNT,
+                },
+            },
+        }
+    resources["FunctionRole"] = _function_role(queue_ids)
+    crons = load_crons(project_root)
+    cron_function_ids = [logical_id(f"api{entry.path.removeprefix('/api')}", "Function") for entry in crons]
+    resources["SchedulerRole"] = _scheduler_role(cron_function_ids)
+    resources["HttpApi"] = {
+        "Type": "AWS::ApiGatewayV2::Api",
+        "Properties": {"Name": {"Ref": "AWS::StackName"}, "ProtocolType": "HTTP"},
+    }
+    resources["HttpApiStage"] = {
+        "Type": "AWS::ApiGatewayV2::Stage",
+        "Properties": {"ApiId": {"Ref": "HttpApi"}, "StageName": "$default", "AutoDeploy": True},
+    }
+    environment = {
+        "ERMIS_QUEUE_TRANSPORT": "sqs",
+        **{Settings.sqs_queue_url_variable(topic): {"Ref": queue_ids[topic]} for topic in topics},
+        **{variable: {"Ref": name} for name, variable in SECRET_PARAMETERS.items()},
+    }
+    functions = config.get("functions", {})
+    for route in sorted(discover_routes(project_root), key=lambda r: r.file):
+        if Path(route.file).name == STREAM_FILE:
+            continue
+        function_id = logical_id(route.file, "Function")
+        variables = {**environment, "ERMIS_AWS_ENTRYPOINT": route.file}
+        if route.file in consumers:
+            variables["ERMIS_AWS_QUEUE_TOPIC"] = consumers[route.file]
+        resources[function_id] = {
+            "Type": "AWS::Lambda::Function",
+            "Properties": {
+                "Runtime": RUNTIME,
+                "Handler": HANDLER,
+                "Code": {"S3Bucket": {"Ref": "CodeBucket"}, "S3Key": {"Ref": "CodeKey"}},
+                "Role": {"Fn::GetAtt": ["FunctionRole", "Arn"]},
+                "Timeout": functions.get(route.file, {}).get("maxDuration", DEFAULT_TIMEOUT_S),
+                "MemorySize": MEMORY_MB,
+                "Environment": {"Variables": variables},
+            },
+        }
+        if route.file in consumers:
+            resources[logical_id(route.file, "EventSourceMapping")] = {
+                "Type": "AWS::Lambda::EventSourceMapping",
+                "Properties": {
+                    "EventSourceArn": {"Fn::GetAtt": [queue_ids[consumers[route.file]], "Arn"]},
+                    "FunctionName": {"Ref": function_id},
+                    "BatchSize": SQS_BATCH_SIZE,
+                    "FunctionResponseTypes": ["ReportBatchItemFailures"],
+                    "Enabled": {"Ref": "QueueConsumersEnabled"},
+                },
+            }
+            continue
+        resources.update(_http_route(route.file, route.pattern, function_id))
+    seen: dict[str, int] = {}
+    for entry, function_id in zip(crons, cron_function_ids, strict=True):
+        # A path may be scheduled twice (two expressions): the second is "<name>-2".
+        seen[entry.name] = seen.get(entry.name, 0) + 1
+        name = entry.name if seen[entry.name] == 1 else f"{entry.name}-{seen[entry.name]}"
+        resources[logical_id(name, "Schedule")] = {
+            "Type": "AWS::Scheduler::Schedule",
+            "Properties": {
+                "Name": {"Fn::Sub": f"${{AWS::StackName}}-{name}"},
+                "ScheduleExpression": aws_cron_expression(entry.schedule),
+                "ScheduleExpressionTimezone": "UTC",
+                "FlexibleTimeWindow": {"Mode": "OFF"},
+                "Target": {
+                    "Arn": {"Fn::GetAtt": [function_id, "Arn"]},
+                    "RoleArn": {"Fn::GetAtt": ["SchedulerRole", "Arn"]},
+                    "Input": json.dumps({"ermisCron": entry.path}),
+                },
+            },
+        }
+    return {
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Description": "ErmisAI functions on AWS, derived from vercel.json by scripts/aws-template",
+        "Parameters": parameters,
+        "Resources": resources,
+        "Outputs": {
+            "HttpApiUrl": {"Value": {"Fn::Sub": "https://${HttpApi}.execute-api.${AWS::Region}.amazonaws.com"}},
+            **{f"{queue_ids[topic]}Url": {"Value": {"Ref": queue_ids[topic]}} for topic in topics},
+        },
+    }
+
+
+def _http_route(file: str, pattern: str, function_id: str) -> dict[str, Any]:
+    integration = logical_id(file, "Integration")
+    return {
+        integration: {
+            "Type": "AWS::ApiGatewayV2::Integration",
+            "Properties": {
+                "ApiId": {"Ref": "HttpApi"},
+                "IntegrationType": "AWS_PROXY",
+                "IntegrationUri": {"Fn::GetAtt": [function_id, "Arn"]},
+                "PayloadFormatVersion": "2.0",
+            },
+        },
+        logical_id(file, "Route"): {
+            "Type": "AWS::ApiGatewayV2::Route",
+            "Properties": {
+                "ApiId": {"Ref": "HttpApi"},
+                "RouteKey": f"ANY {pattern}",
+                "Target": {"Fn::Join": ["/", ["integrations", {"Ref": integration}]]},
+            },
+        },
+        logical_id(file, "Permission"): {
+            "Type": "AWS::Lambda::Permission",
+            "Properties": {
+                "Action": "lambda:InvokeFunction",
+                "FunctionName": {"Ref": function_id},
+                "Principal": "apigateway.amazonaws.com",
+            },
+        },
+    }
+
+
+def _assume_role_policy(service: str) -> dict[str, Any]:
+    return {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+    }
+
+
+def _function_role(queue_ids: dict[str, str]) -> dict[str, Any]:
+    queues = [{"Fn::GetAtt": [queue_id, "Arn"]} for queue_id in queue_ids.values()]
+    return {
+        "Type": "AWS::IAM::Role",
+        "Properties": {
+            "AssumeRolePolicyDocument": _assume_role_policy("lambda.amazonaws.com"),
+            "ManagedPolicyArns": ["arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"],
+            "Policies": [
+                {
+                    "PolicyName": "queues",
+                    "PolicyDocument": {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {
+                                "Effect": "Allow",
+                                "Action": [
+                                    "sqs:SendMessage",
+                                    "sqs:ReceiveMessage",
+                                    "sqs:DeleteMessage",
+                                    "sqs:ChangeMessageVisibility",
+                                    "sqs:GetQueueAttributes",
+                                ],
+                                "Resource": queues,
+                            }
+                        ],
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _scheduler_role(function_ids: list[str]) -> dict[str, Any]:
+    """Assumable by EventBridge Scheduler only, and allowed to invoke the cron functions only."""
+    return {
+        "Type": "AWS::IAM::Role",
+        "Properties": {
+            "AssumeRolePolicyDocument": _assume_role_policy("scheduler.amazonaws.com"),
+            "Policies": [
+                {
+                    "PolicyName": "invoke-cron-functions",
+                    "PolicyDocument": {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {
+                                "Effect": "Allow",
+                                "Action": "lambda:InvokeFunction",
+                                "Resource": [{"Fn::GetAtt": [function_id, "Arn"]} for function_id in function_ids],
+                            }
+                        ],
+                    },
+                }
+            ],
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    del argv
+    sys.stdout.write(json.dumps(build_template(), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,12 @@
+"""The bundle on AWS (issue 12): the same ``api/`` apps and queue consumers on Lambda, SQS and
+EventBridge Scheduler.
+
+- ``http``: an ``api/`` file's ``app`` behind Mangum (API Gateway HTTP API v2 events).
+- ``sqs``: an SQS event (a batch of records) run through the topic's ``RssConsumer`` — the same
+  verify, claim, handler, telemetry and dead-letter record as on Vercel — answering
+  ``batchItemFailures`` and setting each retry's backoff with ``ChangeMessageVisibility``.
+- ``scheduler``: an EventBridge Scheduler invocation running a cron job's scheduled GET.
+- ``entry``: the one Lambda handler every function uses; ``ERMIS_AWS_ENTRYPOINT`` names the
+  ``api/`` file it serves, and the event's shape says which of the three it is.
+- ``template``: the CloudFormation template derived from ``vercel.json`` (``scripts/aws-template``).
+"""
