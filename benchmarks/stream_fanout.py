@@ -1,16 +1,18 @@
 """Realtime fan-out: 1,000 concurrent notification + feed streams over 10 tenants on one
-uvicorn process, with every stream read shared (this bundle) and with sharing off (the spec's
-design: one query per read per connection per tick), side by side in one run.
+uvicorn process, with the **default** stream intervals, pushed (Postgres ``LISTEN``/``NOTIFY``,
+this bundle) and polled (``LISTEN`` unavailable: every read shared per audience and aligned to
+the clock, as before push), side by side in one run.
 
-The server (``VercelRouter`` over ``api/``) runs in this process on a thread; the 1,000 clients
-run in a child process, so this process's resident memory is the server's. Measured per
-design: database statements per poll window (psycopg's ``execute`` counted), delivery latency
-from an alert's insert to its frame at every connection of its tenant (p50, p99), and resident
-memory per idle connection. Targets: statements per window independent of the connection count
-(at most reads x tenants/users), p99 within one poll interval + 250 ms, under 64 KB per
-connection.
+The server (``VercelRouter`` over ``api/``) runs in this process on a thread; the clients run in
+a child process, so this process's resident memory is the server's. Per design: database
+statements per minute while nothing changes and while one alert per tenant per second arrives
+(psycopg's ``execute`` counted), insert → frame latency at every connection of the tenant (p50,
+p99), and resident memory per idle stream. ``--moonshot`` holds 10,000 idle streams (pushed) and
+reports the same memory and idle figures. Targets (issue 13): p99 ≤ 100 ms at 1,000 streams,
+idle statements at least 10 times fewer than polling, ≤ 32 KB per idle stream, 10,000 idle streams held.
 
-Run: ``.venv/bin/python -m benchmarks.stream_fanout`` (about two minutes).
+Run: ``.venv/bin/python -m benchmarks.stream_fanout`` (about three minutes), and
+``.venv/bin/python -m benchmarks.stream_fanout --moonshot``.
 """
 
 from __future__ import annotations
@@ -34,13 +36,15 @@ from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.local.paths import PROJECT_ROOT
 from lib.local.server import VercelRouter
 from lib.settings import get_settings
-from lib.streams import sse
 from tests.support.servers import serve_in_thread
 
 TENANTS = 10
 CONNECTIONS = 1000  # half notification streams, half feed streams
-POLL_MS = 1000
-MEASURE_SECONDS = 10
+MOONSHOT_CONNECTIONS = 10_000
+SETTLE_S = 12  # every connection's first reads, and a poll or two
+IDLE_S = 30
+ACTIVE_S = 10
+UNREACHABLE_LISTEN_URL = "postgresql://nobody@127.0.0.1:9/none"  # LISTEN unavailable: polling
 CLIENT = textwrap.dedent(
     """
     import asyncio, json, sys, time
@@ -82,9 +86,9 @@ CLIENT = textwrap.dedent(
 )
 
 
-def tokens(private_pem: str) -> list[tuple[str, str]]:
+def tokens(private_pem: str, connections: int) -> list[tuple[str, str]]:
     result = []
-    for index in range(CONNECTIONS):
+    for index in range(connections):
         tenant = f"org_{index % TENANTS}"
         token = mint_session_token(
             private_pem, {"sub": f"user_{index % (TENANTS * 5)}", "org_id": tenant, "org_role": "org:owner"}, 3600
@@ -93,63 +97,72 @@ def tokens(private_pem: str) -> list[tuple[str, str]]:
     return result
 
 
-def run_design(base_url: str, database_url: str, shared: bool, private_pem: str, statements: Counter) -> dict:
-    statements.clear()
-    window = sse.StreamTiming.share_window_s
-    if not shared:
-        sse.StreamTiming.share_window_s = property(lambda self: 0.0)  # type: ignore[method-assign]
+def run_design(
+    database_url: str, listen_url: str | None, private_pem: str, statements: Counter, connections: int, active: bool
+) -> dict:
+    if listen_url is None:
+        os.environ.pop("ERMIS_DATABASE_LISTEN_URL", None)
+    else:
+        os.environ["ERMIS_DATABASE_LISTEN_URL"] = listen_url
+    get_settings.cache_clear()
     server_process = psutil.Process()
     rss_before = server_process.memory_info().rss
-    child = subprocess.Popen(
-        [sys.executable, "-c", CLIENT, base_url, str(MEASURE_SECONDS)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
-    )
-    try:
-        child.stdin.write(json.dumps(tokens(private_pem)) + "\n")
-        child.stdin.flush()
-        assert child.stdout.readline().strip() == "OPEN"
-        time.sleep(2 * POLL_MS / 1000)  # let every connection finish its connect-time reads
-        rss_open = server_process.memory_info().rss
-        statements.clear()
-        started = time.time()
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            for second in range(MEASURE_SECONDS - 4):
-                for tenant in range(TENANTS):
-                    conn.execute(
-                        "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
-                        " VALUES (%s, %s, 'r', %s, %s, 'info', 'in-app')",
-                        (
-                            alert_id := f"bench-{shared}-{second}-{tenant}",
-                            f"org_{tenant}",
-                            alert_id,
-                            f"bench:{time.time()}",
-                        ),
-                    )
-                time.sleep(random.uniform(0.5, 1.5))  # inserts at every phase of the poll cycle
-        windows = (time.time() - started) / (POLL_MS / 1000)
-        measured_statements = statements["all"]
-        latencies = json.loads(child.stdout.readline().split(" ", 1)[1])
-    finally:
-        child.wait(timeout=60)
-        sse.StreamTiming.share_window_s = window  # type: ignore[method-assign]
+    seconds = SETTLE_S + IDLE_S + (ACTIVE_S + 3 if active else 0)
+    with serve_in_thread(VercelRouter(PROJECT_ROOT)) as base_url:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CLIENT, base_url, str(seconds)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        )
+        try:
+            child.stdin.write(json.dumps(tokens(private_pem, connections)) + "\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "OPEN"
+            time.sleep(SETTLE_S)
+            rss_open = server_process.memory_info().rss
+            statements.clear()
+            time.sleep(IDLE_S)
+            idle_per_minute = statements["all"] * 60 / IDLE_S
+            active_per_minute = None
+            if active:
+                statements.clear()
+                with psycopg.connect(database_url, autocommit=True) as conn:
+                    for second in range(ACTIVE_S):
+                        for tenant in range(TENANTS):
+                            conn.execute(
+                                "INSERT INTO alert_history"
+                                " (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
+                                " VALUES (%s, %s, 'r', %s, %s, 'info', 'in-app')",
+                                (
+                                    alert_id := f"bench-{listen_url is None}-{second}-{tenant}",
+                                    f"org_{tenant}",
+                                    alert_id,
+                                    f"bench:{time.time()}",
+                                ),
+                            )
+                        time.sleep(random.uniform(0.8, 1.2))  # about one change per tenant per second
+                active_per_minute = statements["all"] * 60 / ACTIVE_S
+            latencies = json.loads(child.stdout.readline().split(" ", 1)[1])
+        finally:
+            child.wait(timeout=120)
     latencies.sort()
     return {
-        "statements_per_window": measured_statements / windows,
-        "p50_ms": 1000 * statistics.median(latencies),
-        "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
+        "idle_statements_per_minute": idle_per_minute,
+        "active_statements_per_minute": active_per_minute,
+        "p50_ms": 1000 * statistics.median(latencies) if latencies else None,
+        "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
         "deliveries": len(latencies),
-        "kb_per_connection": (rss_open - rss_before) / 1024 / CONNECTIONS,
+        "kb_per_stream": (rss_open - rss_before) / 1024 / connections,
     }
 
 
 def main() -> None:
+    moonshot = "--moonshot" in sys.argv[1:]
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
-    os.environ.update(
-        ERMIS_SSE_POLL_INTERVAL_MS=str(POLL_MS), ERMIS_SSE_MAX_DURATION_S="600", ERMIS_DB_POOL_MAX_SIZE="10"
-    )
+    os.environ.update(ERMIS_SSE_MAX_DURATION_S="900", ERMIS_DB_POOL_MAX_SIZE="10")
+    os.environ.pop("ERMIS_SSE_POLL_INTERVAL_MS", None)  # the default intervals: feed 4 s, notifications 5 s
     with benchmark_services() as (database_url, _):
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(
@@ -157,22 +170,22 @@ def main() -> None:
             )
         private_pem, public_pem = ensure_dev_key_pair(PROJECT_ROOT / ".data" / "bench-keys")
         os.environ["CLERK_JWT_KEY"] = public_pem
-        get_settings.cache_clear()
-        with counting_statements() as statements, serve_in_thread(VercelRouter(PROJECT_ROOT)) as base_url:
+        with counting_statements() as statements:
+            if moonshot:
+                designs = {"pushed, idle": (None, MOONSHOT_CONNECTIONS, False)}
+            else:
+                designs = {
+                    "pushed (LISTEN/NOTIFY)": (None, CONNECTIONS, True),
+                    "polled (shared reads, before)": (UNREACHABLE_LISTEN_URL, CONNECTIONS, True),
+                }
             results = {
-                "shared reads (this bundle)": run_design(base_url, database_url, True, private_pem, statements),
-                "one read per connection (spec)": run_design(base_url, database_url, False, private_pem, statements),
+                name: run_design(database_url, listen_url, private_pem, statements, connections, active)
+                for name, (listen_url, connections, active) in designs.items()
             }
-    print(
-        f"{CONNECTIONS} streams ({CONNECTIONS // 2} notifications + {CONNECTIONS // 2} feed) over {TENANTS} tenants,"
-        f" poll {POLL_MS} ms"
-    )
+    connections = MOONSHOT_CONNECTIONS if moonshot else CONNECTIONS
+    print(f"{connections} streams (half notifications, half feed) over {TENANTS} tenants, default intervals")
     for name, result in results.items():
-        print(
-            f"{name:32} {result['statements_per_window']:8.1f} statements/window  p50 {result['p50_ms']:6.0f} ms"
-            f"  p99 {result['p99_ms']:6.0f} ms  ({result['deliveries']} deliveries)"
-            f"  {result['kb_per_connection']:5.1f} KB/connection"
-        )
+        print(f"{name}: {json.dumps(result)}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore", env_ignore_empty=True)
 
     database_url: SecretStr | None = None
+    ermis_database_listen_url: SecretStr | None = None
     db_pool_max_size: int = Field(default=4, ge=1, validation_alias="ERMIS_DB_POOL_MAX_SIZE")
     db_connect_timeout_s: float = Field(default=5.0, gt=0, validation_alias="ERMIS_DB_CONNECT_TIMEOUT_S")
     upstash_redis_rest_url: str | None = None
@@ -59,6 +60,7 @@ class Settings(BaseSettings):
 
     ermis_sse_poll_interval_ms: int | None = None
     ermis_sse_max_duration_s: float | None = None
+    ermis_sse_safety_poll_s: float = Field(default=30.0, gt=0)
 
     @property
     def on_vercel(self) -> bool:

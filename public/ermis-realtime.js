@@ -67,6 +67,118 @@ function statusKeeper(onStatus) {
   };
 }
 
+// One connection per stream per browser: the tabs of an origin share each stream. The tab that
+// holds the Web Lock named after the stream's URL is its leader: it holds the real EventSource
+// and relays every frame (open, error, each event with its id) to the other tabs over a
+// BroadcastChannel of the same name. When the leader closes or goes away, its lock is released,
+// the next tab waiting for it becomes leader and reconnects from the last id any frame carried
+// (`?lastEventId=`: an EventSource cannot set the header), so no event is lost; the clients above
+// de-duplicate by id as they always did. `stream.cursor` frames carry ids too. Where Web Locks or
+// BroadcastChannel are missing, each tab keeps its own EventSource.
+const CURSOR_EVENT = 'stream.cursor';
+
+function withLastEventId(url, lastEventId) {
+  if (!lastEventId) return url;
+  return `${url}${url.includes('?') ? '&' : '?'}lastEventId=${encodeURIComponent(lastEventId)}`;
+}
+
+export function sharedEventSourceClass(EventSourceImpl = globalThis.EventSource) {
+  const locks = globalThis.navigator && globalThis.navigator.locks;
+  if (typeof EventSourceImpl !== 'function' || typeof BroadcastChannel !== 'function' || !locks) {
+    return EventSourceImpl;
+  }
+  return class SharedEventSource {
+    constructor(url) {
+      this.url = url;
+      this.onopen = null;
+      this.onerror = null;
+      this.lastEventId = '';
+      this.listeners = new Map();
+      this.source = null;
+      this.release = null;
+      this.closed = false;
+      this.abort = new AbortController();
+      this.channel = new BroadcastChannel(`ermis-sse:${url}`);
+      this.channel.onmessage = (message) => this.fromChannel(message.data);
+      locks
+        .request(`ermis-sse:${url}`, { signal: this.abort.signal }, () => this.lead())
+        .catch(() => {});
+      this.channel.postMessage({ type: 'hello' });
+      this.addEventListener(CURSOR_EVENT, () => {});
+    }
+
+    get isLeader() {
+      return this.source !== null;
+    }
+
+    addEventListener(name, listener) {
+      if (!this.listeners.has(name)) {
+        this.listeners.set(name, []);
+        if (this.source) this.relay(name);
+      }
+      this.listeners.get(name).push(listener);
+    }
+
+    // Holds the lock (the returned promise) until this tab closes the stream.
+    lead() {
+      if (this.closed) return undefined;
+      return new Promise((resolve) => {
+        this.release = resolve;
+        this.source = new EventSourceImpl(withLastEventId(this.url, this.lastEventId), { withCredentials: true });
+        this.source.onopen = () => this.publish({ type: 'open' });
+        this.source.onerror = () => this.publish({ type: 'error' });
+        for (const name of this.listeners.keys()) this.relay(name);
+      });
+    }
+
+    relay(name) {
+      this.source.addEventListener(name, (event) =>
+        this.publish({ type: 'event', name, data: event.data, lastEventId: event.lastEventId }),
+      );
+    }
+
+    publish(message) {
+      this.deliver(message);
+      this.channel.postMessage(message);
+    }
+
+    fromChannel(message) {
+      if (message.type === 'hello') {
+        // A new tab: tell it whether the stream is open now.
+        if (this.source && this.source.readyState === 1) this.channel.postMessage({ type: 'open' });
+        return;
+      }
+      if (!this.isLeader) this.deliver(message);
+    }
+
+    deliver(message) {
+      if (message.type === 'open') {
+        if (this.onopen) this.onopen(new Event('open'));
+      } else if (message.type === 'error') {
+        if (this.onerror) this.onerror(new Event('error'));
+      } else if (message.type === 'event') {
+        if (message.lastEventId) this.lastEventId = message.lastEventId;
+        for (const listener of this.listeners.get(message.name) || []) {
+          listener({ type: message.name, data: message.data, lastEventId: message.lastEventId });
+        }
+      }
+    }
+
+    close() {
+      this.closed = true;
+      this.abort.abort();
+      if (this.source) {
+        this.source.close();
+        this.source = null;
+      }
+      if (this.release) this.release();
+      this.channel.close();
+    }
+  };
+}
+
+const SharedEventSource = sharedEventSourceClass();
+
 // Opens the EventSource: open stops the polling fallback, an error starts it (unless the
 // connection was stopped for good).
 function openStream(EventSourceImpl, url, polling, status) {
@@ -110,7 +222,7 @@ export function connectNotificationStream(options = {}) {
     onEvent,
     onRefresh,
     onStatus,
-    EventSourceImpl = globalThis.EventSource,
+    EventSourceImpl = SharedEventSource,
   } = options;
   const status = statusKeeper(onStatus);
   const seen = new Set();
@@ -161,7 +273,7 @@ export function connectFeedStream(options = {}) {
     pollIntervalMs = FEED_POLL_MS,
     onChange,
     onStatus,
-    EventSourceImpl = globalThis.EventSource,
+    EventSourceImpl = SharedEventSource,
   } = options;
   const status = statusKeeper(onStatus);
   let lastWatermark = null;
@@ -211,7 +323,7 @@ export function connectStoryStream(storyId, options = {}) {
     fallbackPollMs = STORY_FALLBACK_POLL_MS,
     onPhase,
     onStatus,
-    EventSourceImpl = globalThis.EventSource,
+    EventSourceImpl = SharedEventSource,
   } = options;
   const base = `/api/stories/${encodeURIComponent(storyId)}`;
   const status = statusKeeper(onStatus);

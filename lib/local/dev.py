@@ -34,6 +34,8 @@ import sys
 from datetime import datetime
 
 import uvicorn
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from vercel.queue.devserver import EmbeddedQueueDevServer, embedded_queue_dev_server
 
@@ -54,6 +56,7 @@ from lib.local.services import (
     free_port,
 )
 from lib.settings import get_settings
+from lib.streams.sse import open_streams
 
 
 def _say(line: str) -> None:
@@ -113,6 +116,7 @@ async def serve(
     dev_routes = {
         "/__dev/sign-in": Route("/__dev/sign-in", sign_in_endpoint(dev_private_key)),
         "/__dev/sign-out": Route("/__dev/sign-out", sign_out),
+        "/__dev/streams": Route("/__dev/streams", open_streams_endpoint),
     }
     if bridge:
         dev_routes["/__dev/queues"] = Route("/__dev/queues", bridge.depths_endpoint)
@@ -179,6 +183,12 @@ async def serve(
     finally:
         stop.set()
         await asyncio.gather(*background)
+
+
+async def open_streams_endpoint(_request: Request) -> Response:
+    """How many SSE streams this server holds open, by stream — how the browser tests see that
+    three tabs share one connection."""
+    return JSONResponse(dict(open_streams))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -166,7 +166,7 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
                     "FunctionName": {"Ref": function_id},
                     "BatchSize": SQS_BATCH_SIZE,
                     "FunctionResponseTypes": ["ReportBatchItemFailures"],
-                    "Enabled": {"Ref": "QueueConsumersEnabled"},
+                    "Enabled": {"Fn::If": ["QueueConsumersOn", True, False]},
                 },
             }
             continue
@@ -194,6 +194,7 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
         "AWSTemplateFormatVersion": "2010-09-09",
         "Description": "ErmisAI functions on AWS, derived from vercel.json by scripts/aws-template",
         "Parameters": parameters,
+        "Conditions": {"QueueConsumersOn": {"Fn::Equals": [{"Ref": "QueueConsumersEnabled"}, "true"]}},
         "Resources": resources,
         "Outputs": {
             "HttpApiUrl": {"Value": {"Fn::Sub": "https://${HttpApi}.execute-api.${AWS::Region}.amazonaws.com"}},

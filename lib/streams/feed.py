@@ -3,8 +3,9 @@
 One event, ``feed.changed``, with the watermark that moved — ``{latestUpdatedAt, draftCount}``
 from the single aggregate over the session tenant's drafts — emitted when either field
 differs from what this connection last sent, silent otherwise; the payload is validated by its
-contract (``FeedChanged``). Reads are coalesced per tenant and tick (``StreamTiming``'s share
-window, 3.5 s under the 4 s poll). No tenant scope: 204 (nothing to
+contract (``FeedChanged``). The stream reads when its tenant's drafts change (``change_feed``:
+pushed, ``drafts|<tenant>``), on the 30 s safety net, or — when push is unavailable — every 4 s;
+reads are shared per tenant and read key. No tenant scope: 204 (nothing to
 watch; ``EventSource`` stops for good). A failed read skips the tick; the stream goes on.
 Self-closes after 240 s; the browser reconnects.
 """
@@ -12,7 +13,7 @@ Self-closes after 240 s; the browser reconnects.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
@@ -21,7 +22,9 @@ from starlette.responses import JSONResponse, Response
 from lib.auth.gates import require_session
 from lib.contracts.stream_events import FeedChanged
 from lib.observability import log_server_error
+from lib.platform.activity import normalize_tenant_id
 from lib.platform.editorial import list_tenant_drafts, read_draft_feed_watermark
+from lib.streams.change_feed import ChangeWatch
 from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import (
     RETRY_MS,
@@ -43,39 +46,42 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[ServerSentEvent]:
     deadline = timing.deadline()
     last: dict | None = None
     sequence = 0
-    tick: int | None = timing.current_tick()
-    while tick is not None:
-        try:
-            watermark = await read_before(
-                deadline,
-                shared_watermarks.read(
-                    (tenant_scope_id, tick), lambda: read_draft_feed_watermark(tenant_scope_id), timing.share_window_s
-                ),
-            )
-        except StreamDeadlineReached:
-            return
-        except Exception as error:  # noqa: BLE001 - a failed tick is skipped, not fatal
-            log_server_error("/api/feed/events", error, tenant=tenant_scope_id)
-            watermark = None
-        if watermark is not None and watermark != last:
-            sequence += 1
-            frame = sse_frame(
-                "feed.changed",
-                FeedChanged.model_validate(watermark).model_dump(),
-                f"{watermark['latestUpdatedAt']}|{watermark['draftCount']}",
-                retry=RETRY_MS if sequence == 1 else None,
-            )
-            if frame is not None:
-                yield frame
-            last = watermark
-        tick = await timing.next_tick_before(deadline)
+    with ChangeWatch(timing, (("drafts", normalize_tenant_id(tenant_scope_id)),)).open() as watch:
+        read_key: Hashable | None = watch.read_key()
+        while read_key is not None:
+            try:
+                watermark = await read_before(
+                    deadline,
+                    shared_watermarks.read(
+                        (tenant_scope_id, read_key),
+                        lambda: read_draft_feed_watermark(tenant_scope_id),
+                        timing.share_window_s,
+                    ),
+                )
+            except StreamDeadlineReached:
+                return
+            except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal
+                log_server_error("/api/feed/events", error, tenant=tenant_scope_id)
+                watermark = None
+            if watermark is not None and watermark != last:
+                sequence += 1
+                frame = sse_frame(
+                    "feed.changed",
+                    FeedChanged.model_validate(watermark).model_dump(),
+                    f"{watermark['latestUpdatedAt']}|{watermark['draftCount']}",
+                    retry=RETRY_MS if sequence == 1 else None,
+                )
+                if frame is not None:
+                    yield frame
+                last = watermark
+            read_key = await watch.next_read_before(deadline)
 
 
 async def feed_events(request: Request) -> Response:
     session = require_session(request)
     if session.tenant_scope_id is None:
         return Response(status_code=204)
-    return event_stream(feed_frames(session.tenant_scope_id))
+    return event_stream("feed", feed_frames(session.tenant_scope_id))
 
 
 async def feed_drafts(request: Request) -> Response:

@@ -23,7 +23,7 @@ at 240 s. A payload that does not match its contract is dropped, never sent half
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -40,7 +40,9 @@ from lib.clock import iso_timestamp
 from lib.contracts.stream_events import AlertTriggered, DeliveryFailed, NotificationCreated, ReviewStatusChanged
 from lib.observability import log_server_error
 from lib.platform import activity
+from lib.platform.activity import normalize_tenant_id
 from lib.platform.flags import resolve_feature_flags
+from lib.streams.change_feed import ANY, AudienceKey, ChangeWatch
 from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import (
     RETRY_MS,
@@ -167,9 +169,18 @@ def to_events(kind: str, rows: list[dict[str, Any]], initial: bool) -> list[Even
     return events
 
 
-async def read_activity(audience: Audience, tick: int, window_s: float) -> dict[str, list[dict[str, Any]]]:
+def audience_keys(audience: Audience) -> tuple[AudienceKey, ...]:
+    """The change notifications this audience's reads depend on (``change_feed``)."""
+    keys: list[AudienceKey] = [("activity", normalize_tenant_id(audience.tenant)), ("user", audience.user_id)]
+    if audience.review_scope is not None:
+        review = ANY if audience.review_scope == activity.ALL_TENANTS else normalize_tenant_id(audience.review_scope)
+        keys.append(("review", review))
+    return tuple(keys)
+
+
+async def read_activity(audience: Audience, read_key: Hashable, window_s: float) -> dict[str, list[dict[str, Any]]]:
     def shared(key: tuple[str, str], load: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Awaitable[Any]:
-        return shared_activity_reads.read((*key, tick), load, window_s)
+        return shared_activity_reads.read((*key, read_key), load, window_s)
 
     reads: dict[str, Awaitable[Any]] = {
         "alert.triggered": shared(
@@ -212,7 +223,7 @@ def _frames(events: list[Event], first: bool) -> list[ServerSentEvent]:
 
 
 async def notification_frames(audience: Audience, last_event_id: str | None) -> AsyncIterator[ServerSentEvent]:
-    """Replay (or resume), then new rows tick by tick. Whatever existed when the connection
+    """Replay (or resume), then new rows as they are notified (``change_feed``). Whatever existed when the connection
     opened and was not replayed (notifications) is seen, never sent; a cursor frame after each
     batch records the newest row seen, so a reconnect resumes after it — not after the last
     *sent* row, which would re-send those seeded rows as new."""
@@ -222,47 +233,51 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
     seen: set[tuple[str, str]] = set()
     cursor_at: datetime | None = None
     connected = False
-    tick: int | None = timing.current_tick()
-    while tick is not None:
-        try:
-            rows = await read_before(deadline, read_activity(audience, tick, timing.share_window_s))
-        except StreamDeadlineReached:
-            return
-        except Exception as error:  # noqa: BLE001 - a failed tick is skipped, not fatal
-            log_server_error("/api/notifications/events", error, user=audience.user_id)
-            rows = None
-        if rows is not None:
-            outgoing: list[Event] = []
-            if not connected:
+    with ChangeWatch(timing, audience_keys(audience)).open() as watch:
+        read_key: Hashable | None = watch.read_key()
+        while read_key is not None:
+            try:
+                rows = await read_before(deadline, read_activity(audience, read_key, timing.share_window_s))
+            except StreamDeadlineReached:
+                return
+            except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal
+                log_server_error("/api/notifications/events", error, user=audience.user_id)
+                rows = None
+            if rows is not None:
+                outgoing: list[Event] = []
+                if not connected:
+                    for kind, kind_rows in rows.items():
+                        if resume_from is not None:
+                            seen |= {(kind, str(row["id"])) for row in kind_rows if row["at"] <= resume_from}
+                        elif kind in REPLAYED_KINDS:
+                            outgoing += to_events(kind, kind_rows[:REPLAY_LIMIT], initial=True)
+                            seen |= {(kind, str(row["id"])) for row in kind_rows}
+                        else:
+                            seen |= {(kind, str(row["id"])) for row in kind_rows}
                 for kind, kind_rows in rows.items():
-                    if resume_from is not None:
-                        seen |= {(kind, str(row["id"])) for row in kind_rows if row["at"] <= resume_from}
-                    elif kind in REPLAYED_KINDS:
-                        outgoing += to_events(kind, kind_rows[:REPLAY_LIMIT], initial=True)
-                        seen |= {(kind, str(row["id"])) for row in kind_rows}
-                    else:
-                        seen |= {(kind, str(row["id"])) for row in kind_rows}
-            for kind, kind_rows in rows.items():
-                fresh = [row for row in kind_rows if (kind, str(row["id"])) not in seen]
-                outgoing += to_events(kind, fresh, initial=False)
-                seen |= {(kind, str(row["id"])) for row in fresh}
-            frames = _frames(outgoing, first=not connected)
-            for frame in frames:
-                yield frame
-            newest = max((row["at"] for kind_rows in rows.values() for row in kind_rows), default=None)
-            if newest is not None and (cursor_at is None or newest > cursor_at):
-                cursor_at = newest
-            if cursor_at is not None and (frames or not connected):
-                yield cursor_frame(f"{_id_time(cursor_at)}|cursor|")
-            connected = True
-        tick = await timing.next_tick_before(deadline)
+                    fresh = [row for row in kind_rows if (kind, str(row["id"])) not in seen]
+                    outgoing += to_events(kind, fresh, initial=False)
+                    seen |= {(kind, str(row["id"])) for row in fresh}
+                frames = _frames(outgoing, first=not connected)
+                for frame in frames:
+                    yield frame
+                newest = max((row["at"] for kind_rows in rows.values() for row in kind_rows), default=None)
+                if newest is not None and (cursor_at is None or newest > cursor_at):
+                    cursor_at = newest
+                if cursor_at is not None and (frames or not connected):
+                    yield cursor_frame(f"{_id_time(cursor_at)}|cursor|")
+                connected = True
+            read_key = await watch.next_read_before(deadline)
 
 
 async def notification_events(request: Request) -> Response:
     session = require_session(request)
     if (await resolve_feature_flags(session.tenant_scope_id))["notificationsRestPolling"]:
         return Response(status_code=204)  # EventSource does not reconnect after a 204: clients poll
-    return event_stream(notification_frames(audience_for(session), request.headers.get("last-event-id")))
+    # A tab taking over a shared stream (ermis-realtime.js) cannot set the header: it passes
+    # the id it resumes from as ?lastEventId=.
+    resume = request.headers.get("last-event-id") or request.query_params.get("lastEventId")
+    return event_stream("notifications", notification_frames(audience_for(session), resume))
 
 
 async def notifications_snapshot(request: Request) -> Response:

@@ -11,15 +11,18 @@ U+2029 are escaped too, for line readers that split on them), the id
 has line breaks and NULs removed, and data that cannot be encoded (a lone surrogate) gives
 ``None`` — the caller drops that frame and the stream goes on. Every frame has an ``id:``;
 the first also carries ``retry:`` so browsers reconnect after ``RETRY_MS``. ``cursor_frame`` is
-the one other frame: an ``id:`` alone, which moves the browser's ``Last-Event-ID`` without
-firing an event (the EventSource spec records the id before it drops an event without data).
+the one other frame: ``stream.cursor`` with ``{}``, which moves the browser's ``Last-Event-ID``
+past rows it has seen without sending them; clients that do not listen for it never see it,
+and the tab that relays a stream to the others (``ermis-realtime.js``) reads the id from it.
 
 Timing: each stream has its spec interval and self-close; ``ERMIS_SSE_POLL_INTERVAL_MS`` and
-``ERMIS_SSE_MAX_DURATION_S`` override them all (tests, tuning). Ticks are aligned to the wall
-clock (``StreamTiming.next_tick_before``), so connections share reads tick by tick. The
-self-close is a deadline, never overrun: no tick starts after it (the stream closes instead)
-and a read still running at it is abandoned (``read_before`` raises ``StreamDeadlineReached``),
-so a stream ends by its self-close however slow the database is — within ``maxDuration``.
+``ERMIS_SSE_MAX_DURATION_S`` override them all (tests, tuning). When a stream reads is
+``change_feed.ChangeWatch``'s to say: pushed by a change notification, or on ticks aligned to the
+wall clock (the poll interval without push, the safety net with it), so connections share reads.
+The self-close is a deadline, never overrun: no read starts after it (the stream closes
+instead) and a read still running at it is abandoned (``read_before`` raises
+``StreamDeadlineReached``), so a stream ends by its self-close however slow the database is —
+within ``maxDuration``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -44,6 +47,7 @@ EVENT_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 RETRY_MS = 3000
 PING_SECONDS = 15
 _ID_UNSAFE = re.compile(r"[\r\n\x00]")
+CURSOR_EVENT = "stream.cursor"
 
 
 @dataclass(frozen=True)
@@ -57,26 +61,9 @@ class StreamTiming:
         under 4 s); reads are keyed by tick too, so a new tick always reads afresh."""
         return self.poll_interval_s * 0.875
 
-    def current_tick(self) -> int:
-        return int(time.time() // self.poll_interval_s)
-
     def deadline(self) -> Deadline:
         """When a stream opened now closes itself."""
         return Deadline.after(self.max_duration_s)
-
-    async def next_tick_before(self, deadline: Deadline) -> int | None:
-        """Sleep to the next multiple of the interval on the wall clock and return that tick's
-        number, or ``None`` at once when it would fall after ``deadline`` (time to close).
-        Every connection of the instance ticks together, and a read shared under the tick's
-        number serves them all: an event waits at most one interval, where
-        connection-relative timers sharing by age would make it wait an interval plus the
-        share window."""
-        target = (self.current_tick() + 1) * self.poll_interval_s
-        if target - time.time() >= deadline.remaining():
-            return None
-        while (remaining := target - time.time()) > 0:  # noqa: ASYNC110 - a timer may fire early; no event to wait on
-            await asyncio.sleep(remaining)
-        return round(target / self.poll_interval_s)
 
 
 class StreamDeadlineReached(Exception):
@@ -113,8 +100,21 @@ def sse_frame(event: str, data: Any, event_id: str, retry: int | None = None) ->
 
 
 def cursor_frame(event_id: str) -> ServerSentEvent:
-    return ServerSentEvent(id=_ID_UNSAFE.sub("", event_id))
+    return ServerSentEvent(data="{}", event=CURSOR_EVENT, id=_ID_UNSAFE.sub("", event_id))
 
 
-def event_stream(frames: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
-    return EventSourceResponse(frames, headers=SSE_HEADERS, ping=PING_SECONDS)
+open_streams: Counter[str] = Counter()
+"""Streams open in this process, by name — what ``/__dev/streams`` reports on the dev server."""
+
+
+async def _counted(name: str, frames: AsyncIterator[ServerSentEvent]) -> AsyncIterator[ServerSentEvent]:
+    open_streams[name] += 1
+    try:
+        async for frame in frames:
+            yield frame
+    finally:
+        open_streams[name] -= 1
+
+
+def event_stream(name: str, frames: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+    return EventSourceResponse(_counted(name, frames), headers=SSE_HEADERS, ping=PING_SECONDS)

@@ -6,14 +6,16 @@ Connect: the story must be visible to the caller (its tenant, or any tenant for 
 Then a ``story.phase`` snapshot ``{storyId, phase, status, updatedAt}``, and a new
 ``story.phase`` whenever phase or status changes. ``STREAM_MISS_LIMIT`` (3) consecutive
 lookups that find nothing close the stream (a story deleted or moved away stops the loop).
-Ticks never overlap: the loop awaits each lookup before sleeping (the spec's
-``pollInFlight`` guard, by construction). Lookups are coalesced per (tenant, story).
+Lookups never overlap: the loop awaits each before waiting again (the spec's ``pollInFlight``
+guard, by construction). A lookup runs when the tenant's drafts change (``change_feed``, pushed;
+the bypass watches every tenant), on the safety net, or every 5 s when push is unavailable;
+lookups are shared per (tenant, story, read key).
 Self-closes at 290 s, under the 300 s function cap.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from typing import Any
 
 from sse_starlette import ServerSentEvent
@@ -27,7 +29,9 @@ from lib.contracts.stream_events import StoryPhase
 from lib.http.errors import ApiError
 from lib.http.routing import dynamic_segment
 from lib.observability import log_server_error
+from lib.platform.activity import normalize_tenant_id
 from lib.platform.editorial import find_story_draft
+from lib.streams.change_feed import ANY, ChangeWatch
 from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import (
     RETRY_MS,
@@ -50,8 +54,10 @@ def _scope(session: Session) -> str | None:
     return None if can_review_all_tenants(session.platform_role) else session.tenant_scope_id or ""
 
 
-async def _lookup(story_id: str, scope: str | None, tick: int, window_s: float) -> dict[str, Any] | None:
-    return await shared_story_reads.read((scope, story_id, tick), lambda: find_story_draft(story_id, scope), window_s)
+async def _lookup(story_id: str, scope: str | None, read_key: Hashable, window_s: float) -> dict[str, Any] | None:
+    return await shared_story_reads.read(
+        (scope, story_id, read_key), lambda: find_story_draft(story_id, scope), window_s
+    )
 
 
 def _phase(draft: dict[str, Any]) -> dict[str, Any]:
@@ -77,25 +83,28 @@ async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) 
     if (frame := _frame(last, RETRY_MS)) is not None:
         yield frame
     misses = 0
-    while (tick := await timing.next_tick_before(deadline)) is not None:
-        try:
-            draft = await read_before(deadline, _lookup(story_id, scope, tick, timing.share_window_s))
-        except StreamDeadlineReached:
-            return
-        except Exception as error:  # noqa: BLE001 - a failed tick is skipped, not fatal
-            log_server_error("/api/stories/events", error, storyId=story_id)
-            continue
-        if draft is None:
-            misses += 1
-            if misses >= STREAM_MISS_LIMIT:
+    audience = ("drafts", ANY if scope is None else normalize_tenant_id(scope))
+    with ChangeWatch(timing, (audience,)).open() as watch:
+        watch.read_key()  # the first phase was read by the request itself
+        while (read_key := await watch.next_read_before(deadline)) is not None:
+            try:
+                draft = await read_before(deadline, _lookup(story_id, scope, read_key, timing.share_window_s))
+            except StreamDeadlineReached:
                 return
-            continue
-        misses = 0
-        current = _phase(draft)
-        if (current["phase"], current["status"]) != (last["phase"], last["status"]):
-            last = current
-            if (frame := _frame(current)) is not None:
-                yield frame
+            except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal
+                log_server_error("/api/stories/events", error, storyId=story_id)
+                continue
+            if draft is None:
+                misses += 1
+                if misses >= STREAM_MISS_LIMIT:
+                    return
+                continue
+            misses = 0
+            current = _phase(draft)
+            if (current["phase"], current["status"]) != (last["phase"], last["status"]):
+                last = current
+                if (frame := _frame(current)) is not None:
+                    yield frame
 
 
 async def _visible_draft(request: Request) -> tuple[str, str | None, dict[str, Any]]:
@@ -110,7 +119,7 @@ async def _visible_draft(request: Request) -> tuple[str, str | None, dict[str, A
 
 async def story_events(request: Request) -> Response:
     story_id, scope, draft = await _visible_draft(request)
-    return event_stream(story_frames(story_id, scope, draft))
+    return event_stream("story", story_frames(story_id, scope, draft))
 
 
 async def story_detail(request: Request) -> Response:

@@ -5,9 +5,11 @@ updating with EventSource broken, and a missing story stops for good."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -135,3 +137,51 @@ def test_a_visitor_without_a_session_is_told_how_to_sign_in(browser: Browser, de
     expect(page).to_have_url(f"{dev_server.url}/realtime-demo.html")
     expect(page.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=15_000)
     expect(notice).to_be_hidden()
+
+
+def open_streams(server: DevServer) -> dict[str, int]:
+    return httpx.get(f"{server.url}/__dev/streams").json()
+
+
+def test_three_tabs_share_one_connection_per_stream_and_lose_nothing_on_hand_over(
+    browser: Browser, dev_server: DevServer
+) -> None:
+    before = open_streams(dev_server)
+    context = browser.new_context()
+    token = dev_token(dev_server, "--sub", "user_tabs", "--org-id", "org_tabs", "--org-role", "org:owner")
+    context.add_cookies([{"name": "__session", "value": token, "url": dev_server.url}])
+    tabs = []
+    for _ in range(3):
+        tab = context.new_page()
+        tab.goto(f"{dev_server.url}/realtime-demo.html?pollMs=1000")
+        expect(tab.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=15_000)
+        expect(tab.get_by_test_id("feed-status")).to_have_text("streaming", timeout=15_000)
+        tabs.append(tab)
+
+    def opened(stream: str) -> int:
+        return open_streams(dev_server).get(stream, 0) - before.get(stream, 0)
+
+    assert (opened("notifications"), opened("feed")) == (1, 1)  # three tabs, one connection each
+    execute(
+        dev_server,
+        "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
+        " VALUES ('tabs-1', 'org_tabs', 'r', 's', 'Seen by every tab', 'warning', 'in-app')",
+    )
+    for tab in tabs:
+        expect(tab.locator('li[data-event-id="tabs-1"]')).to_have_count(1, timeout=10_000)
+
+    tabs[0].close()  # the leader goes; a follower takes over from the last id it relayed
+    execute(
+        dev_server,
+        "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
+        " VALUES ('tabs-2', 'org_tabs', 'r', 's2', 'Written during the hand-over', 'warning', 'in-app')",
+    )
+    for tab in tabs[1:]:
+        expect(tab.locator('li[data-event-id="tabs-2"]')).to_have_count(1, timeout=15_000)
+        expect(tab.locator('li[data-event-id="tabs-1"]')).to_have_count(1)  # not replayed as new
+        expect(tab.get_by_test_id("notifications-status")).to_have_text("streaming")
+    deadline = time.monotonic() + 15
+    while opened("notifications") != 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (opened("notifications"), opened("feed")) == (1, 1)
+    context.close()

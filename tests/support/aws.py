@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
+import httpx
 from moto.server import ThreadedMotoServer
 
 from lib.bundle import PROJECT_ROOT
@@ -42,6 +43,9 @@ def moto_aws(set_env: Callable[..., None]) -> Iterator[MotoAws]:
         AWS_SECRET_ACCESS_KEY="testing",
     )
     sqs_client.cache_clear()
+    # An in-process moto server keeps its state in module globals, shared by every server of
+    # the process: start each use from an empty account.
+    httpx.post(f"{endpoint}/moto-api/reset").raise_for_status()
     try:
         yield MotoAws(endpoint)
     finally:

@@ -15,6 +15,7 @@ from starlette.types import ASGIApp
 from lib.db.pool import close_pools
 from lib.local.services import free_port
 from lib.redis.client import close_redis
+from lib.streams.change_feed import stop_change_listener
 
 
 @contextmanager
@@ -29,8 +30,9 @@ def serve_in_thread(app: ASGIApp) -> Iterator[str]:
         try:
             await server.serve()
         finally:
-            # The app's pool and Redis client belong to this thread's loop: close them with it,
-            # or every test server would leave its database connections open.
+            # The app's pool, Redis client and change listener belong to this thread's loop: close
+            # them with it, or every test server would leave its database connections open.
+            await stop_change_listener()
             await close_pools()
             await close_redis()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from lib.runtime.aws.http import lambda_handler_for
-
 from tests.support.auth import TEST_CRON_SECRET
 from tests.support.functions import load_api_app
 

@@ -1,0 +1,42 @@
+"""``scripts/serve``: every ``api/`` function in one long-running process — the home of the SSE
+streams where the platform cannot stream (AWS Lambda buffers a Python function's response).
+
+It is the dev server's router (``server.VercelRouter``: Vercel's file routing, ``public/``
+served) without the development extras: no embedded Postgres, Redis or queue, no cron
+scheduler, no ``/__dev`` routes, no generated secrets. The environment must name the services
+and secrets (CONTRACTS §3); a missing one ends with one line on stderr. Put it in a container
+service (ECS, Fargate, App Runner) behind the load balancer that sends ``/api/**/events`` to it;
+crons and queues stay on Lambda, EventBridge Scheduler and SQS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import uvicorn
+
+from lib.bundle import PROJECT_ROOT
+from lib.local.server import VercelRouter
+
+REQUIRED = ("DATABASE_URL", "CLERK_JWT_KEY")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/serve", description="Serve every api/ function, production mode.")
+    parser.add_argument("--host", default=os.environ.get("HOST", "0.0.0.0"))  # noqa: S104 - a container's port
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8080")))
+    args = parser.parse_args(argv)
+    missing = [name for name in REQUIRED if not os.environ.get(name)]
+    if missing:
+        print(f"error: {', '.join(missing)} must be set (scripts/serve starts no services of its own)", file=sys.stderr)
+        return 1
+    router = VercelRouter(PROJECT_ROOT)
+    print(f"serving {len(router.routes)} functions on http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(router, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

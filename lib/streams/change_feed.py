@@ -1,0 +1,236 @@
+"""Change notifications: streams woken by Postgres instead of waiting for their next poll (issue 13).
+
+Triggers on the tables the streams read (migration 0010) ``pg_notify('ermis_changes',
+'<kind>|<value>')`` — which audience changed, never the row: ``activity|<tenant>`` (alerts,
+failed deliveries), ``review|<tenant>``, ``drafts|<tenant>``, ``user|<user id>``.
+
+The model:
+
+- **One listening connection per process** (per event loop), opened by the first stream and
+  closed ``LINGER_S`` after the last one leaves: ``LISTEN ermis_changes`` on
+  ``ERMIS_DATABASE_LISTEN_URL`` (a direct connection, where ``DATABASE_URL`` goes through a
+  transaction pooler that cannot LISTEN), else ``DATABASE_URL``. It proves itself with a probe
+  (a ``NOTIFY`` to itself that must come back) before it is trusted.
+- **An audience key** is ``(kind, value)``; a stream watches the keys its reads depend on (a
+  platform-wide reader watches ``(kind, "*")``, woken by every value of that kind). Keys carry
+  the authorization of the reads that follow: a notification for tenant B can only wake keys of
+  tenant B, and what a woken stream sends is still decided by its read.
+- **Coalescing**: notifications are gathered for ``COALESCE_S`` (25 ms), then each key that
+  changed gets a new *version* and its watchers wake at once. Streams key their shared reads by
+  those versions, so a burst costs one read per audience per window.
+- **Safety net**: while push is healthy, a stream also reads every ``ERMIS_SSE_SAFETY_POLL_S``
+  (30 s), aligned to the clock like the polls, so nothing is ever missed.
+- **Fallback**: when the listener cannot connect, fails its probe, or its connection drops
+  (``pg_terminate_backend``, a Postgres restart), it is *unhealthy*: the outage is reported
+  once through ``log_server_error``, streams poll at their normal interval, and the listener
+  reconnects with backoff. When it is back every watcher wakes and reads at once (changes made
+  meanwhile were not notified), then push resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+from lib.clock import Deadline
+from lib.observability import log_server_error
+from lib.settings import get_settings, secret_or_none
+from lib.streams.sse import StreamTiming
+
+CHANNEL = "ermis_changes"
+LISTENER_APPLICATION_NAME = "ermis-change-listener"  # how an operator finds the connection
+COALESCE_S = 0.025
+PROBE_TIMEOUT_S = 2.0
+LINGER_S = 30.0
+RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+ANY = "*"
+
+AudienceKey = tuple[str, str]
+
+
+class ChangeListener:
+    """The process's (event loop's) listening connection and the streams waiting on it."""
+
+    def __init__(self) -> None:
+        self.healthy = False
+        self.epoch = 0  # bumped on every health change: a read key from before is stale
+        self._versions: dict[AudienceKey, int] = {}
+        self._wakers: dict[AudienceKey, asyncio.Event] = {}
+        self._health_changed = asyncio.Event()
+        self._pending: set[AudienceKey] = set()
+        self._flush: asyncio.TimerHandle | None = None
+        self._watchers = 0
+        self._task: asyncio.Task[None] | None = None
+        self._idle_since: float | None = None
+        self._outage_reported = False
+
+    # -- the streams' side ------------------------------------------------------------------
+
+    @contextmanager
+    def watching(self) -> Iterator[None]:
+        self._watchers += 1
+        self._idle_since = None
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="ermis-change-listener")
+        try:
+            yield
+        finally:
+            self._watchers -= 1
+            if self._watchers == 0:
+                self._idle_since = time.monotonic()
+
+    def version(self, keys: tuple[AudienceKey, ...]) -> tuple[Hashable, ...]:
+        return (self.epoch, *(self._versions.get(key, 0) for key in keys))
+
+    async def wait(self, keys: tuple[AudienceKey, ...], timeout_s: float) -> None:
+        """Until one of ``keys`` changes, the listener's health changes, or ``timeout_s``."""
+        events = [self._wakers.setdefault(key, asyncio.Event()) for key in keys]
+        waits = [asyncio.ensure_future(event.wait()) for event in (*events, self._health_changed)]
+        try:
+            await asyncio.wait(waits, timeout=max(0.0, timeout_s), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+
+    # -- the connection's side --------------------------------------------------------------
+
+    def _received(self, payload: str) -> None:
+        kind, _, value = payload.partition("|")
+        if not kind or kind == "probe":
+            return
+        self._pending |= {(kind, value), (kind, ANY)}
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().call_later(COALESCE_S, self._wake_pending)
+
+    def _wake_pending(self) -> None:
+        self._flush = None
+        pending, self._pending = self._pending, set()
+        for key in pending:
+            self._versions[key] = self._versions.get(key, 0) + 1
+            waker = self._wakers.pop(key, None)
+            if waker is not None:
+                waker.set()
+
+    def _set_healthy(self, healthy: bool, error: BaseException | str | None = None) -> None:
+        if healthy == self.healthy and error is None:
+            return
+        if not healthy and error is not None and not self._outage_reported:
+            log_server_error("streams:listen", error, fallback="polling")
+            self._outage_reported = True
+        if healthy:
+            self._outage_reported = False
+        if healthy != self.healthy:
+            self.healthy = healthy
+            self.epoch += 1
+            self._health_changed.set()
+            self._health_changed = asyncio.Event()
+
+    def _lingered(self) -> bool:
+        return self._watchers == 0 and self._idle_since is not None and time.monotonic() - self._idle_since > LINGER_S
+
+    async def _run(self) -> None:
+        attempt = 0
+        while not self._lingered():
+            try:
+                await self._listen()
+                attempt = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # noqa: BLE001 - any failure means: poll, report once, retry
+                self._set_healthy(False, error)
+                await asyncio.sleep(RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S) - 1)])
+                attempt += 1
+        self._set_healthy(False)
+
+    async def _listen(self) -> None:
+        settings = get_settings()
+        url = secret_or_none(settings.ermis_database_listen_url) or secret_or_none(settings.database_url)
+        if url is None:
+            raise RuntimeError("no DATABASE_URL to listen on")
+        timeout = max(1, round(settings.db_connect_timeout_s))
+        async with await psycopg.AsyncConnection.connect(
+            url, autocommit=True, connect_timeout=timeout, application_name=LISTENER_APPLICATION_NAME
+        ) as conn:
+            await conn.execute(f"LISTEN {CHANNEL}")
+            probe = f"probe|{uuid.uuid4()}"
+            await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, probe))
+            async for notify in conn.notifies(timeout=PROBE_TIMEOUT_S):
+                if notify.payload == probe:
+                    break
+            else:
+                raise RuntimeError("LISTEN receives no notifications on this connection (a transaction pooler?)")
+            self._set_healthy(True)
+            while not self._lingered():
+                async for notify in conn.notifies(timeout=1.0):
+                    self._received(notify.payload)
+
+
+_listeners: dict[asyncio.AbstractEventLoop, ChangeListener] = {}
+
+
+def change_listener() -> ChangeListener:
+    loop = asyncio.get_running_loop()
+    listener = _listeners.get(loop)
+    if listener is None:
+        listener = _listeners[loop] = ChangeListener()
+    return listener
+
+
+async def stop_change_listener() -> None:
+    """Stop this loop's listener (tests; the listener otherwise lingers out by itself)."""
+    listener = _listeners.pop(asyncio.get_running_loop(), None)
+    if listener is not None and listener._task is not None:
+        listener._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await listener._task
+
+
+class ChangeWatch:
+    """One stream's view: the audience keys its reads depend on, the key of its next shared
+    read, and the wait for it — a change of those keys (push), or the next aligned tick: the
+    safety-net interval while push is healthy, the stream's poll interval while it is not."""
+
+    def __init__(self, timing: StreamTiming, keys: tuple[AudienceKey, ...]) -> None:
+        self.timing, self.keys = timing, keys
+        self.listener = change_listener()
+        self._last: Hashable | None = None
+
+    @contextmanager
+    def open(self) -> Iterator[ChangeWatch]:
+        with self.listener.watching():
+            yield self
+
+    def _interval_s(self) -> float:
+        return get_settings().ermis_sse_safety_poll_s if self.listener.healthy else self.timing.poll_interval_s
+
+    def _current_key(self) -> Hashable:
+        tick = int(time.time() // self._interval_s())
+        if self.listener.healthy:
+            return ("push", self.listener.version(self.keys), tick)
+        return ("poll", self.listener.epoch, tick)
+
+    def read_key(self) -> Hashable:
+        """What this moment's read is shared under, remembered as the last one read."""
+        self._last = self._current_key()
+        return self._last
+
+    async def next_read_before(self, deadline: Deadline) -> Hashable | None:
+        """Wait for a reason to read again — a change of the keys (push), the health of the
+        listener changing, or the next aligned tick — and return the read's key; ``None`` when
+        the deadline (the stream's self-close) comes first."""
+        while True:
+            if (key := self._current_key()) != self._last:
+                self._last = key
+                return key
+            if deadline.passed():
+                return None
+            interval = self._interval_s()
+            until_tick = (int(time.time() // interval) + 1) * interval - time.time()
+            keys = self.keys if self.listener.healthy else ()
+            await self.listener.wait(keys, min(until_tick, deadline.remaining()))

@@ -1,0 +1,180 @@
+"""Change notifications from real Postgres: a change reaches an open stream long before its poll
+would have; a notification for tenant B never wakes tenant A; a burst of 1,000 inserts costs at
+most one read per audience per coalescing window; and the fallback — LISTEN unavailable, or its
+backend killed — polls, is reported once, and returns to push."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import lib.streams.feed as feed_module
+from lib.clock import Deadline
+from lib.streams.change_feed import COALESCE_S, LISTENER_APPLICATION_NAME, ChangeWatch, change_listener
+from lib.streams.feed import feed_frames
+from lib.streams.sse import StreamTiming
+from tests.support.auth import session_headers
+from tests.support.catalogs import add_draft
+from tests.support.functions import load_api_app
+from tests.support.servers import serve_in_thread
+from tests.support.sse import capture_sse
+from tests.support.waiting import eventually
+
+SLOW_POLL = StreamTiming(poll_interval_s=20.0, max_duration_s=30.0)
+
+
+@pytest.fixture
+def slow_polls(set_env) -> None:
+    """Polls far slower than any test: a frame that arrives was pushed."""
+    set_env(ERMIS_SSE_POLL_INTERVAL_MS="20000", ERMIS_SSE_MAX_DURATION_S="4", ERMIS_SSE_SAFETY_POLL_S="60")
+
+
+@pytest.fixture
+def feed_url(slow_polls) -> Iterator[str]:
+    with serve_in_thread(load_api_app("api/feed/events.py")) as url:
+        yield f"{url}/api/feed/events"
+
+
+async def healthy_listener() -> None:
+    listener = change_listener()
+    with ChangeWatch(SLOW_POLL, ()).open():
+        assert await eventually(lambda: asyncio.sleep(0, result=listener.healthy), timeout_s=10)
+
+
+async def test_a_change_reaches_an_open_stream_long_before_its_poll(
+    db, feed_url: str, mint_token: Callable[..., str]
+) -> None:
+    await add_draft(db, "org_a", "s1")
+    headers = session_headers(mint_token(org_id="org_a", org_role="org:member"))
+    written: list[float] = []
+
+    async def write_later() -> None:
+        await asyncio.sleep(1.5)  # the stream is open and its listener proven by now
+        written.append(time.monotonic())
+        await add_draft(db, "org_a", "s2")
+
+    writer = asyncio.create_task(write_later())
+    capture = await capture_sse(feed_url, headers, seconds=3.5, stop_after=2)
+    arrived = time.monotonic()
+    await writer
+    assert [change["draftCount"] for change in capture.events("feed.changed")] == [1, 2]
+    assert arrived - written[0] < 1.0  # the poll is 20 s away
+
+
+async def test_a_notification_for_tenant_b_never_wakes_tenant_a(db) -> None:
+    await healthy_listener()
+    tenant_a = ChangeWatch(SLOW_POLL, (("drafts", "org_a"),))
+    tenant_b = ChangeWatch(SLOW_POLL, (("drafts", "org_b"),))
+    with tenant_a.open(), tenant_b.open():
+        tenant_a.read_key()
+        tenant_b.read_key()
+
+        async def write_for_b() -> None:
+            await asyncio.sleep(0.2)
+            await add_draft(db, " ORG_B ", "s1")  # compared trimmed and lower-cased, as the reads do
+
+        writer = asyncio.create_task(write_for_b())
+        woken_b = await tenant_b.next_read_before(Deadline.after(5))
+        woken_a = await tenant_a.next_read_before(Deadline.after(1))
+        await writer
+    assert woken_b is not None  # pushed
+    assert woken_a is None  # slept to its deadline: nothing for tenant A
+
+
+async def test_a_burst_costs_at_most_one_read_per_audience_per_window(
+    db, slow_polls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await healthy_listener()
+    reads: list[float] = []
+    real_read = feed_module.read_draft_feed_watermark
+
+    async def counted(tenant: str) -> dict | None:
+        reads.append(time.monotonic())
+        return await real_read(tenant)
+
+    monkeypatch.setattr(feed_module, "read_draft_feed_watermark", counted)
+
+    async def stream_until(deadline: float) -> int:
+        frames = 0
+        async for _ in feed_frames("org_burst"):
+            frames += 1
+            if time.monotonic() > deadline:
+                break
+        return frames
+
+    end = time.monotonic() + 2.5
+    streams = [asyncio.create_task(stream_until(end)) for _ in range(50)]
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    for story in range(1000):  # 1,000 inserts, each its own transaction and notification
+        await add_draft(db, "org_burst", f"s{story}")
+    burst_s = time.monotonic() - started
+    await asyncio.gather(*streams)
+    windows = burst_s / COALESCE_S + 2
+    burst_reads = [at for at in reads if at >= started]
+    # 50 streams, 1,000 inserts: reads follow the windows, not the streams or the rows.
+    assert len(burst_reads) <= windows, (len(burst_reads), windows)
+    assert len(reads) - len(burst_reads) == 1  # the 50 connections' first read, shared
+
+
+async def test_without_listen_the_streams_poll_and_say_so_once(
+    db, feed_url: str, set_env, mint_token: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_env(ERMIS_DATABASE_LISTEN_URL="postgresql://nobody@127.0.0.1:9/none", ERMIS_SSE_POLL_INTERVAL_MS="300")
+    await add_draft(db, "org_a", "s1")
+    headers = session_headers(mint_token(org_id="org_a", org_role="org:member"))
+
+    async def write_later() -> None:
+        await asyncio.sleep(1.0)
+        await add_draft(db, "org_a", "s2")
+
+    writer = asyncio.create_task(write_later())
+    capture = await capture_sse(feed_url, headers, seconds=3.0, stop_after=2)
+    await writer
+    assert [change["draftCount"] for change in capture.events("feed.changed")] == [1, 2]  # polled
+    reports = [
+        json.loads(line) for line in capsys.readouterr().err.splitlines() if '"context": "streams:listen"' in line
+    ]
+    assert len(reports) == 1 and reports[0]["fallback"] == "polling"
+    assert "postgresql://" not in json.dumps(reports)
+
+
+async def test_a_killed_listener_falls_back_to_polling_then_pushes_again(
+    db, set_env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_env(ERMIS_SSE_POLL_INTERVAL_MS="300", ERMIS_SSE_SAFETY_POLL_S="60")
+    listener = change_listener()
+    watch = ChangeWatch(StreamTiming(0.3, 30), (("drafts", "org_k"),))
+    with watch.open():
+        assert await eventually(lambda: asyncio.sleep(0, result=listener.healthy), timeout_s=10)
+        healthy_key = watch.read_key()
+        assert healthy_key[0] == "push"
+
+        killed = await (
+            await db.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                (LISTENER_APPLICATION_NAME,),
+            )
+        ).fetchall()
+        assert killed == [(True,)]
+        assert await eventually(lambda: asyncio.sleep(0, result=not listener.healthy), timeout_s=10)
+        assert watch.read_key()[0] == "poll"  # polling at the stream's own interval meanwhile
+        assert await watch.next_read_before(Deadline.after(2)) is not None  # the next poll tick
+
+        assert await eventually(lambda: asyncio.sleep(0, result=listener.healthy), timeout_s=15)  # reconnected
+        watch.read_key()
+
+        async def write_soon() -> None:
+            await asyncio.sleep(0.2)
+            await add_draft(db, "org_k", "s1")
+
+        writer = asyncio.create_task(write_soon())
+        pushed = await watch.next_read_before(Deadline.after(5))
+        await writer
+    assert pushed is not None and pushed[0] == "push"
+    reports = [line for line in capsys.readouterr().err.splitlines() if '"context": "streams:listen"' in line]
+    assert len(reports) == 1  # one outage, one report
