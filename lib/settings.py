@@ -60,7 +60,7 @@ class Settings(BaseSettings):
 
     ermis_sse_poll_interval_ms: int | None = None
     ermis_sse_max_duration_s: float | None = None
-    ermis_sse_safety_poll_s: float = Field(default=30.0, gt=0)
+    ermis_sse_safety_poll_s: float = Field(default=60.0, gt=0)
 
     @property
     def on_vercel(self) -> bool:

@@ -19,7 +19,7 @@ The model:
   changed gets a new *version* and its watchers wake at once. Streams key their shared reads by
   those versions, so a burst costs one read per audience per window.
 - **Safety net**: while push is healthy, a stream also reads every ``ERMIS_SSE_SAFETY_POLL_S``
-  (30 s), aligned to the clock like the polls, so nothing is ever missed.
+  (60 s), aligned to the clock like the polls, so nothing is ever missed.
 - **Fallback**: when the listener cannot connect, fails its probe, or its connection drops
   (``pg_terminate_backend``, a Postgres restart), it is *unhealthy*: the outage is reported
   once through ``log_server_error``, streams poll at their normal interval, and the listener
@@ -50,6 +50,7 @@ PROBE_TIMEOUT_S = 2.0
 LINGER_S = 30.0
 RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 ANY = "*"
+HEALTH = ("listener", "health")  # the waiters' key for a change of the listener's health
 
 AudienceKey = tuple[str, str]
 
@@ -61,8 +62,7 @@ class ChangeListener:
         self.healthy = False
         self.epoch = 0  # bumped on every health change: a read key from before is stale
         self._versions: dict[AudienceKey, int] = {}
-        self._wakers: dict[AudienceKey, asyncio.Event] = {}
-        self._health_changed = asyncio.Event()
+        self._waiters: dict[Hashable, set[asyncio.Future[None]]] = {}
         self._pending: set[AudienceKey] = set()
         self._flush: asyncio.TimerHandle | None = None
         self._watchers = 0
@@ -89,14 +89,28 @@ class ChangeListener:
         return (self.epoch, *(self._versions.get(key, 0) for key in keys))
 
     async def wait(self, keys: tuple[AudienceKey, ...], timeout_s: float) -> None:
-        """Until one of ``keys`` changes, the listener's health changes, or ``timeout_s``."""
-        events = [self._wakers.setdefault(key, asyncio.Event()) for key in keys]
-        waits = [asyncio.ensure_future(event.wait()) for event in (*events, self._health_changed)]
+        """Until one of ``keys`` changes, the listener's health changes, or ``timeout_s``. One
+        future per waiting stream, no task: an idle stream costs next to nothing here."""
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for key in (*keys, HEALTH):
+            self._waiters.setdefault(key, set()).add(woken)
         try:
-            await asyncio.wait(waits, timeout=max(0.0, timeout_s), return_when=asyncio.FIRST_COMPLETED)
+            async with asyncio.timeout(max(0.0, timeout_s)):
+                await woken
+        except TimeoutError:
+            pass
         finally:
-            for waiting in waits:
-                waiting.cancel()
+            for key in (*keys, HEALTH):
+                waiting = self._waiters.get(key)
+                if waiting is not None:
+                    waiting.discard(woken)
+                    if not waiting:
+                        del self._waiters[key]
+
+    def _wake(self, key: Hashable) -> None:
+        for woken in self._waiters.pop(key, ()):
+            if not woken.done():
+                woken.set_result(None)
 
     # -- the connection's side --------------------------------------------------------------
 
@@ -113,9 +127,7 @@ class ChangeListener:
         pending, self._pending = self._pending, set()
         for key in pending:
             self._versions[key] = self._versions.get(key, 0) + 1
-            waker = self._wakers.pop(key, None)
-            if waker is not None:
-                waker.set()
+            self._wake(key)
 
     def _set_healthy(self, healthy: bool, error: BaseException | str | None = None) -> None:
         if healthy == self.healthy and error is None:
@@ -128,8 +140,7 @@ class ChangeListener:
         if healthy != self.healthy:
             self.healthy = healthy
             self.epoch += 1
-            self._health_changed.set()
-            self._health_changed = asyncio.Event()
+            self._wake(HEALTH)
 
     def _lingered(self) -> bool:
         return self._watchers == 0 and self._idle_since is not None and time.monotonic() - self._idle_since > LINGER_S

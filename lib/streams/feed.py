@@ -4,7 +4,7 @@ One event, ``feed.changed``, with the watermark that moved — ``{latestUpdatedA
 from the single aggregate over the session tenant's drafts — emitted when either field
 differs from what this connection last sent, silent otherwise; the payload is validated by its
 contract (``FeedChanged``). The stream reads when its tenant's drafts change (``change_feed``:
-pushed, ``drafts|<tenant>``), on the 30 s safety net, or — when push is unavailable — every 4 s;
+pushed, ``drafts|<tenant>``), on the 60 s safety net, or — when push is unavailable — every 4 s;
 reads are shared per tenant and read key. No tenant scope: 204 (nothing to
 watch; ``EventSource`` stops for good). A failed read skips the tick; the stream goes on.
 Self-closes after 240 s; the browser reconnects.
