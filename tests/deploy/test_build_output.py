@@ -20,7 +20,18 @@ from tests.support.vercel_build import BuildOutput, normalise_distribution
 
 ROUTES = discover_routes(PROJECT_ROOT)
 API_FILES = sorted(route.file for route in ROUTES)
-DEVELOPMENT_ONLY = ("tests/", "scripts/", "benchmarks/", "lib/local/", "lib/ops/", ".ci/", "requirements-dev.txt")
+DEVELOPMENT_ONLY = (
+    "tests/",
+    "scripts/",
+    "benchmarks/",
+    "lib/local/",
+    "lib/ops/",
+    "lib/runtime/aws/",
+    "docs/",
+    ".ci/",
+    "requirements-dev.txt",
+    "requirements-aws.txt",
+)
 
 
 def runtime_pins() -> set[str]:
