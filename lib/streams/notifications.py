@@ -60,6 +60,8 @@ REPLAY_LIMIT = 20
 READ_LIMIT = 50
 
 shared_activity_reads = SharedReads()
+shared_flag_reads = SharedReads()
+FLAG_SHARE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,11 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
 
 async def notification_events(request: Request) -> Response:
     session = require_session(request)
-    if (await resolve_feature_flags(session.tenant_scope_id))["notificationsRestPolling"]:
+    tenant = session.tenant_scope_id
+    # Shared per tenant for a few seconds: a reconnect storm (a deploy, 10,000 tabs) costs one
+    # flag read per tenant, not one per connection.
+    flags = await shared_flag_reads.read(("flags", tenant), lambda: resolve_feature_flags(tenant), FLAG_SHARE_S)
+    if flags["notificationsRestPolling"]:
         return Response(status_code=204)  # EventSource does not reconnect after a 204: clients poll
     # A tab taking over a shared stream (ermis-realtime.js) cannot set the header: it passes
     # the id it resumes from as ?lastEventId=.
