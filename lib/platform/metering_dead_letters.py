@@ -14,14 +14,10 @@ from typing import Any
 
 from lib.db.pool import connection
 from lib.platform.ai_usage import MAX_AI_METERING_ATTEMPTS
-from lib.platform.stuck_work import EntryOutcome, Outcome, Position, StuckEntry, outcomes_in_order
+from lib.platform.stuck_work import EntryOutcome, Outcome, Position, StuckEntry, outcomes_in_order, row_ids
 
 _EXHAUSTED = "status = 'failed' AND attempt_count >= %(max_attempts)s"
 _FAILED_AT = "COALESCE(last_attempt_at, created_at)"
-
-
-def _row_ids(ids: list[str]) -> list[int]:
-    return [int(entry_id) for entry_id in ids if entry_id.isdigit() and len(entry_id) < 19]
 
 
 class MeteringDeadLetters:
@@ -55,12 +51,12 @@ class MeteringDeadLetters:
                 await conn.execute(
                     f"UPDATE ai_usage_metering_outbox SET {assignment}"
                     f" WHERE id = ANY(%(ids)s) AND {_EXHAUSTED} RETURNING id",
-                    {"ids": _row_ids(ids), "max_attempts": MAX_AI_METERING_ATTEMPTS},
+                    {"ids": row_ids(ids), "max_attempts": MAX_AI_METERING_ATTEMPTS},
                 )
             ).fetchall()
             earlier = await (
                 await conn.execute(
-                    "SELECT id, status FROM ai_usage_metering_outbox WHERE id = ANY(%s)", (_row_ids(ids),)
+                    "SELECT id, status FROM ai_usage_metering_outbox WHERE id = ANY(%s)", (row_ids(ids),)
                 )
             ).fetchall()
         acted = {str(row["id"]): EntryOutcome(str(row["id"]), outcome) for row in changed}

@@ -76,6 +76,11 @@ class StuckWorkSource(Protocol):
     async def delete(self, ids: list[str], actor: str) -> list[EntryOutcome]: ...
 
 
+def row_ids(ids: list[str]) -> list[int]:
+    """The ids that can be ``bigserial`` row ids; any other id matches no row (``not_found``)."""
+    return [int(entry_id) for entry_id in ids if entry_id.isdigit() and len(entry_id) < 19]
+
+
 def outcomes_in_order(
     ids: list[str], acted: dict[str, EntryOutcome], resolutions: dict[str, str]
 ) -> list[EntryOutcome]:

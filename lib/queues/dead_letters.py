@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 from lib.db.pool import connection
 from lib.observability import describe_error
-from lib.platform.stuck_work import EntryOutcome, Position, StuckEntry, outcomes_in_order
+from lib.platform.stuck_work import EntryOutcome, Position, StuckEntry, outcomes_in_order, row_ids
 from lib.queues.publish import publish_rss_message
 
 _INSERT = (
@@ -62,10 +62,6 @@ async def dead_letter_summary(limit: int = 50) -> dict[str, Any]:
     return {"perTopic": per_topic, "latest": latest}
 
 
-def _numeric_ids(ids: list[str]) -> list[int]:
-    return [int(entry_id) for entry_id in ids if entry_id.isdigit() and len(entry_id) < 19]
-
-
 class QueueDeadLetters:
     name = "queue"
 
@@ -102,7 +98,7 @@ class QueueDeadLetters:
                 await conn.execute(
                     "SELECT id, topic, payload FROM queue_dead_letters"
                     " WHERE id = ANY(%s) AND resolution IS NULL ORDER BY id FOR UPDATE",
-                    (_numeric_ids(ids),),
+                    (row_ids(ids),),
                 )
             ).fetchall()
             sent: list[int] = []
@@ -124,7 +120,7 @@ class QueueDeadLetters:
 
     async def delete(self, ids: list[str], actor: str) -> list[EntryOutcome]:
         async with connection() as conn, conn.transaction():
-            deleted = await _resolve(conn, _numeric_ids(ids), "deleted", actor)
+            deleted = await _resolve(conn, row_ids(ids), "deleted", actor)
             resolutions = await _resolutions(conn, ids)
         acted = {str(entry_id): EntryOutcome(str(entry_id), "deleted") for entry_id in deleted}
         return outcomes_in_order(ids, acted, resolutions)
@@ -147,7 +143,7 @@ async def _resolutions(conn: Any, ids: list[str]) -> dict[str, str]:
     rows = await (
         await conn.execute(
             "SELECT id, resolution FROM queue_dead_letters WHERE id = ANY(%s) AND resolution IS NOT NULL",
-            (_numeric_ids(ids),),
+            (row_ids(ids),),
         )
     ).fetchall()
     return {str(row["id"]): row["resolution"] for row in rows}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import zipfile
@@ -17,6 +18,7 @@ from moto.server import ThreadedMotoServer
 
 from lib.bundle import PROJECT_ROOT
 from lib.queues.transport import sqs_client
+from lib.runtime.aws import entry
 
 REGION = "eu-north-1"  # Stockholm, where vercel.json's arn1 runs
 
@@ -112,3 +114,11 @@ def function_package() -> bytes:
             for path in sorted((PROJECT_ROOT / folder).rglob("*.py")):
                 archive.write(path, path.relative_to(PROJECT_ROOT).as_posix())
     return buffer.getvalue()
+
+
+async def invoke_lambda(
+    set_env: Callable[..., None], entrypoint: str, event: dict[str, Any], topic: str | None = None
+) -> Any:
+    """The Lambda runtime's call: the sync handler, on a thread of its own (its own loop)."""
+    set_env(ERMIS_AWS_ENTRYPOINT=entrypoint, ERMIS_AWS_QUEUE_TOPIC=topic)
+    return await asyncio.to_thread(entry.handler, event, None)

@@ -5,22 +5,15 @@ refuses to run without CRON_SECRET."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
-from lib.runtime.aws import entry
 from lib.runtime.aws.scheduler import ScheduledRunFailed
 from tests.runtime.aws.test_http import http_api_v2_event
 from tests.support.auth import session_headers
+from tests.support.aws import invoke_lambda
 from tests.support.catalogs import add_draft
-
-
-async def invoke(set_env, entrypoint: str, event: dict[str, Any]) -> Any:
-    set_env(ERMIS_AWS_ENTRYPOINT=entrypoint)
-    return await asyncio.to_thread(entry.handler, event, None)
 
 
 async def test_an_api_gateway_event_reaches_the_story_route_with_its_path_parameter(
@@ -31,10 +24,12 @@ async def test_an_api_gateway_event_reaches_the_story_route_with_its_path_parame
         "/api/stories/s-42", "GET", session_headers(mint_token(org_id="org_a", org_role="org:member"))
     )
     event |= {"routeKey": "ANY /api/stories/{storyId}", "pathParameters": {"storyId": "s-42"}}
-    answer = await invoke(set_env, "api/stories/[storyId]/index.py", event)
+    answer = await invoke_lambda(set_env, "api/stories/[storyId]/index.py", event)
     assert answer["statusCode"] == 200, answer
     assert '"storyId":"s-42"' in answer["body"].replace(" ", "") and "clustered" in answer["body"]
-    missing = await invoke(set_env, "api/stories/[storyId]/index.py", http_api_v2_event("/api/stories/s-42", "GET", {}))
+    missing = await invoke_lambda(
+        set_env, "api/stories/[storyId]/index.py", http_api_v2_event("/api/stories/s-42", "GET", {})
+    )
     assert missing["statusCode"] == 401
 
 
@@ -42,7 +37,7 @@ async def test_a_scheduler_invocation_runs_the_state_cleanup(db, set_env) -> Non
     await db.execute(
         "INSERT INTO platform_state (key, value, expires_at) VALUES ('old', '1', now() - interval '1 day')"
     )
-    answer = await invoke(set_env, "api/admin/state/cleanup.py", {"ermisCron": "/api/admin/state/cleanup"})
+    answer = await invoke_lambda(set_env, "api/admin/state/cleanup.py", {"ermisCron": "/api/admin/state/cleanup"})
     assert answer["deleted"] == 1 and "processedAt" in answer
     [run] = await (await db.execute("SELECT job, trigger, status FROM cron_runs")).fetchall()
     assert tuple(run) == ("state-cleanup", "schedule", "succeeded")
@@ -51,5 +46,5 @@ async def test_a_scheduler_invocation_runs_the_state_cleanup(db, set_env) -> Non
 async def test_a_scheduler_invocation_without_cron_secret_refuses(db, set_env) -> None:
     set_env(CRON_SECRET=None)
     with pytest.raises(ScheduledRunFailed, match="CRON_SECRET"):
-        await invoke(set_env, "api/admin/state/cleanup.py", {"ermisCron": "/api/admin/state/cleanup"})
+        await invoke_lambda(set_env, "api/admin/state/cleanup.py", {"ermisCron": "/api/admin/state/cleanup"})
     assert (await (await db.execute("SELECT count(*) FROM cron_runs")).fetchone())[0] == 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -22,11 +21,10 @@ from lib.queues.handlers import LAST_INGEST_RUN_KEY
 from lib.queues.publish import RssMessageMetadata, publish_rss_message
 from lib.queues.signing import sign_message
 from lib.queues.telemetry import read_topic_telemetry
-from lib.runtime.aws import entry
 from lib.runtime.aws.sqs import handle_sqs_event
 from lib.settings import Settings
 from tests.support.auth import cron_headers
-from tests.support.aws import MotoAws, deploy_stack, moto_aws, receive, sqs_event
+from tests.support.aws import MotoAws, deploy_stack, invoke_lambda, moto_aws, receive, sqs_event
 from tests.support.functions import client_for, load_api_app
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS")
@@ -56,12 +54,6 @@ def queue_arn(aws: MotoAws, wire_topic: str) -> str:
     return attributes["Attributes"]["QueueArn"]
 
 
-async def invoke(set_env, entrypoint: str, event: dict[str, Any], topic: str | None = None) -> Any:
-    """The Lambda runtime's call: the sync handler, on a thread of its own (its own loop)."""
-    set_env(ERMIS_AWS_ENTRYPOINT=entrypoint, ERMIS_AWS_QUEUE_TOPIC=topic)
-    return await asyncio.to_thread(entry.handler, event, None)
-
-
 async def test_a_refresh_tick_publishes_to_sqs_and_the_consumer_lambda_runs_it(aws: MotoAws, db, set_env) -> None:
     await db.execute("INSERT INTO feature_flag_values (flag_key, enabled) VALUES ('rssQueuePipeline', true)")
     async with client_for(load_api_app("api/admin/rss/refresh.py")) as client:
@@ -71,7 +63,7 @@ async def test_a_refresh_tick_publishes_to_sqs_and_the_consumer_lambda_runs_it(a
     [message] = receive(sqs, queue_url("rss-ingest"))
     assert json.loads(message["Body"])["batchId"] == tick["batchId"]
 
-    answer = await invoke(
+    answer = await invoke_lambda(
         set_env, "api/queues/rss/ingest.py", sqs_event([message], queue_arn(aws, "rss-ingest")), "rss-ingest"
     )
     assert answer == {"batchItemFailures": []}
@@ -87,7 +79,7 @@ async def test_five_failures_end_in_the_dlq_queue_and_in_postgres(aws: MotoAws, 
     for attempt in range(1, 6):
         [message] = receive(sqs, url)
         assert message["Attributes"]["ApproximateReceiveCount"] == str(attempt)
-        answer = await invoke(set_env, "api/queues/rss/enrich.py", sqs_event([message], arn), "rss-enrich")
+        answer = await invoke_lambda(set_env, "api/queues/rss/enrich.py", sqs_event([message], arn), "rss-enrich")
         assert answer == {"batchItemFailures": [{"itemIdentifier": message["MessageId"]}]}
         if attempt < 5:
             assert receive(sqs, url) == []  # backing off: invisible for retry_delay_seconds(attempt)
@@ -108,7 +100,7 @@ async def test_a_forged_message_is_acknowledged_without_work(aws: MotoAws, set_e
     sqs.send_message(QueueUrl=queue_url("rss-ingest"), MessageBody=json.dumps(forged))
     sqs.send_message(QueueUrl=queue_url("rss-ingest"), MessageBody="not even JSON")
     messages = receive(sqs, queue_url("rss-ingest"))
-    answer = await invoke(
+    answer = await invoke_lambda(
         set_env, "api/queues/rss/ingest.py", sqs_event(messages, queue_arn(aws, "rss-ingest")), "rss-ingest"
     )
     assert answer == {"batchItemFailures": []}  # acknowledged: retrying a forgery is pointless
