@@ -42,44 +42,50 @@ TENANTS = 10
 CONNECTIONS = 1000  # half notification streams, half feed streams
 MOONSHOT_CONNECTIONS = 10_000
 SETTLE_S = 12  # every connection's first reads, and a poll or two
+FIRST_SETTLE_S = 6  # the first batch's reads: what is loaded once (apps, pools) is loaded by then
 IDLE_S = 60  # one safety-net period of the pushed design
 ACTIVE_S = 10
+STREAM_TABLES = "alert_history, notifications, review_status_events, delivery_logs, editorial_story_drafts"
 UNREACHABLE_LISTEN_URL = "postgresql://nobody@127.0.0.1:9/none"  # LISTEN unavailable: polling
+CONNECT_BATCH = 250  # streams opened at once by the client: a browser fleet connects over time
 CLIENT = textwrap.dedent(
     """
-    import asyncio, json, sys, time
-    import httpx
-
+    import asyncio, json, re, sys, time
     import resource
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
-    base, seconds = sys.argv[1], float(sys.argv[2])
-    tokens = json.loads(sys.stdin.readline())
-    latencies, opened = [], 0
+    host, port, seconds, batch = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+    streams = json.loads(sys.stdin.readline())
+    latencies, ended = [], 0
+    LIVE_BENCH_ALERT = re.compile(rb'"title":"bench:([0-9.]+)"[^\\n]*"initial":false')
 
-    async def stream(path, token):
-        global opened
-        headers = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(30, read=None)) as client:
-            async with client.stream("GET", path, headers=headers) as response:
-                opened += 1
-                event = None
-                async for line in response.aiter_lines():
-                    if line.startswith("event: "):
-                        event = line[7:]
-                    elif line.startswith("data: ") and event == "alert.triggered":
-                        payload = json.loads(line[6:])
-                        if payload["title"].startswith("bench:") and not payload["initial"]:
-                            latencies.append(time.time() - float(payload["title"][6:]))
+    async def stream(path, token, ready):
+        # A bare HTTP/1.1 reader, not httpx: the clients share the server's two cores, and
+        # every cycle they spend parsing is one the server cannot spend sending.
+        global ended
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(
+            f"GET {path} HTTP/1.1\\r\\nHost: {host}\\r\\nAuthorization: Bearer {token}\\r\\n\\r\\n".encode()
+        )
+        await reader.readuntil(b"\\r\\n\\r\\n")
+        ready.set_result(None)
+        while chunk := await reader.read(65536):
+            received = time.time()
+            for sent in LIVE_BENCH_ALERT.findall(chunk):
+                latencies.append(received - float(sent))
+        ended += 1  # the server closed it before the run was over
 
     async def main():
-        # A client per stream: one shared client measured slower (p99 1.27 s instead of 0.70 s),
-        # its pool being shared by every stream.
-        tasks = [asyncio.create_task(stream(path, token)) for path, token in tokens]
-        while opened < len(tasks):
-            await asyncio.sleep(0.1)
+        tasks = []
+        for start in range(0, len(streams), batch):
+            ready = [asyncio.get_running_loop().create_future() for _ in streams[start : start + batch]]
+            tasks += [asyncio.create_task(stream(p, t, r)) for (p, t), r in zip(streams[start : start + batch], ready)]
+            await asyncio.wait_for(asyncio.gather(*ready), 120)
+            if start == 0:  # the server measures its memory with one batch open, then the rest
+                print("FIRST", flush=True)
+                await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         print("OPEN", flush=True)
         await asyncio.sleep(seconds)
-        print("LATENCIES " + json.dumps(latencies), flush=True)
+        print("RESULT " + json.dumps({"latencies": latencies, "ended": ended}), flush=True)
         for task in tasks:
             task.cancel()
 
@@ -109,12 +115,14 @@ def run_design(
     else:
         os.environ["ERMIS_DATABASE_LISTEN_URL"] = listen_url
     get_settings.cache_clear()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {STREAM_TABLES}")
     server_process = psutil.Process()
-    rss_before = server_process.memory_info().rss
     seconds = SETTLE_S + IDLE_S + (ACTIVE_S + 3 if active else 0)
     with serve_in_thread(VercelRouter(PROJECT_ROOT)) as base_url:
+        host, port = base_url.removeprefix("http://").split(":")
         child = subprocess.Popen(
-            [sys.executable, "-c", CLIENT, base_url, str(seconds)],
+            [sys.executable, "-c", CLIENT, host, port, str(seconds), str(CONNECT_BATCH)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -122,6 +130,11 @@ def run_design(
         )
         try:
             child.stdin.write(json.dumps(tokens(private_pem, connections)) + "\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "FIRST"
+            time.sleep(FIRST_SETTLE_S)
+            rss_first = server_process.memory_info().rss
+            child.stdin.write("\n")
             child.stdin.flush()
             assert child.stdout.readline().strip() == "OPEN"
             time.sleep(SETTLE_S)
@@ -148,7 +161,8 @@ def run_design(
                             )
                         time.sleep(random.uniform(0.8, 1.2))  # about one change per tenant per second
                 active_per_minute = statements["all"] * 60 / ACTIVE_S
-            latencies = json.loads(child.stdout.readline().split(" ", 1)[1])
+            client_result = json.loads(child.stdout.readline().split(" ", 1)[1])
+            latencies = client_result["latencies"]
         finally:
             child.wait(timeout=120)
     latencies.sort()
@@ -158,7 +172,8 @@ def run_design(
         "p50_ms": 1000 * statistics.median(latencies) if latencies else None,
         "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
         "deliveries": len(latencies),
-        "kb_per_stream": (rss_open - rss_before) / 1024 / connections,
+        "streams_open_at_end": connections - client_result["ended"],
+        "kb_per_stream": (rss_open - rss_first) / 1024 / (connections - CONNECT_BATCH),
     }
 
 
@@ -168,10 +183,6 @@ def main() -> None:
     os.environ.update(ERMIS_SSE_MAX_DURATION_S="900", ERMIS_DB_POOL_MAX_SIZE="10")
     os.environ.pop("ERMIS_SSE_POLL_INTERVAL_MS", None)  # the default intervals: feed 4 s, notifications 5 s
     with benchmark_services() as (database_url, _):
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(
-                "TRUNCATE alert_history, notifications, review_status_events, delivery_logs, editorial_story_drafts"
-            )
         private_pem, public_pem = ensure_dev_key_pair(PROJECT_ROOT / ".data" / "bench-keys")
         os.environ["CLERK_JWT_KEY"] = public_pem
         with counting_statements() as statements:

@@ -67,14 +67,14 @@ function statusKeeper(onStatus) {
   };
 }
 
-// One connection per stream per browser: the tabs of an origin share each stream. The tab that
-// holds the Web Lock named after the stream's URL is its leader: it holds the real EventSource
-// and relays every frame (open, error, each event with its id) to the other tabs over a
-// BroadcastChannel of the same name. When the leader closes or goes away, its lock is released,
-// the next tab waiting for it becomes leader and reconnects from the last id any frame carried
-// (`?lastEventId=`: an EventSource cannot set the header), so no event is lost; the clients above
-// de-duplicate by id as they always did. `stream.cursor` frames carry ids too. Where Web Locks or
-// BroadcastChannel are missing, each tab keeps its own EventSource.
+// One connection per stream per browser: the tabs of an origin share each stream. One tab, elected
+// per stream URL, is its leader: it holds the real EventSource and relays every frame (open,
+// error, each event with its id) to the other tabs over a BroadcastChannel of the same name. When
+// the leader closes or goes away, another tab is elected and reconnects from the last id any
+// frame carried (`?lastEventId=`: an EventSource cannot set the header), so no event is lost; the
+// clients above de-duplicate by id as they always did. `stream.cursor` frames carry ids too.
+// The election is the Web Locks API where the browser has it, else a lease over BroadcastChannel
+// (broadcastElection); without BroadcastChannel each tab keeps its own EventSource.
 const CURSOR_EVENT = 'stream.cursor';
 
 function withLastEventId(url, lastEventId) {
@@ -82,11 +82,102 @@ function withLastEventId(url, lastEventId) {
   return `${url}${url.includes('?') ? '&' : '?'}lastEventId=${encodeURIComponent(lastEventId)}`;
 }
 
+// An election is `{ close() }`: `onLead()` runs when this tab becomes the leader, `onDemote()`
+// when it stops being one without having closed; close() leaves the election (and the lead).
+function lockElection(locks, name, onLead) {
+  const abort = new AbortController();
+  let release = null;
+  locks
+    .request(name, { signal: abort.signal }, () => {
+      if (abort.signal.aborted) return undefined;
+      onLead();
+      return new Promise((resolve) => {
+        release = resolve; // the lock is held until close()
+      });
+    })
+    .catch(() => {});
+  return {
+    close() {
+      abort.abort();
+      if (release) release();
+    },
+  };
+}
+
+const LEASE_MS = 3000; // a leader not heard from for this long is gone (a crashed tab)
+const HEARTBEAT_MS = 1000;
+const CLAIM_MS = 200; // how long claims are gathered before the lowest id takes the lead
+
+// Where Web Locks is missing: the leader says so every HEARTBEAT_MS and when a tab says hello;
+// a tab that hears no leader (at start, after LEASE_MS of silence, or when the leader resigns)
+// claims, waits CLAIM_MS for other claims, and leads if its id is the lowest. Two leaders (a
+// throttled background tab that missed a beat) settle it the same way: the higher id steps down.
+export function broadcastElection(name, onLead, onDemote) {
+  const channel = new BroadcastChannel(`ermis-election:${name}`);
+  const id = `${Date.now().toString(36).padStart(9, '0')}-${Math.random().toString(36).slice(2)}`;
+  let leading = false;
+  let heardLeaderAt = 0;
+  let claims = null;
+  const tick = () => {
+    if (leading) channel.postMessage({ type: 'leader', id });
+    else if (claims === null && Date.now() - heardLeaderAt > LEASE_MS) claim();
+  };
+  const claim = () => {
+    claims = new Set([id]);
+    channel.postMessage({ type: 'claim', id });
+    setTimeout(() => {
+      const won = claims !== null && [...claims].sort()[0] === id && Date.now() - heardLeaderAt > CLAIM_MS;
+      claims = null;
+      if (won && !leading) {
+        leading = true;
+        channel.postMessage({ type: 'leader', id });
+        onLead();
+      }
+    }, CLAIM_MS);
+  };
+  channel.onmessage = ({ data }) => {
+    if (data.type === 'leader') {
+      if (leading && data.id < id) {
+        leading = false;
+        onDemote();
+      }
+      if (!leading) heardLeaderAt = Date.now();
+    } else if (data.type === 'claim') {
+      if (leading) channel.postMessage({ type: 'leader', id });
+      else if (claims !== null) claims.add(data.id);
+    } else if (data.type === 'hello' && leading) {
+      channel.postMessage({ type: 'leader', id });
+    } else if (data.type === 'resign' && !leading) {
+      heardLeaderAt = 0;
+      if (claims === null) claim();
+    }
+  };
+  const timer = setInterval(tick, HEARTBEAT_MS);
+  const resign = () => {
+    if (leading) channel.postMessage({ type: 'resign', id });
+    leading = false;
+  };
+  globalThis.addEventListener?.('pagehide', resign);
+  channel.postMessage({ type: 'hello' });
+  setTimeout(tick, CLAIM_MS); // a leader answers hello at once; silence means there is none
+  return {
+    close() {
+      clearInterval(timer);
+      globalThis.removeEventListener?.('pagehide', resign);
+      resign();
+      channel.close();
+    },
+  };
+}
+
 export function sharedEventSourceClass(EventSourceImpl = globalThis.EventSource) {
   const locks = globalThis.navigator && globalThis.navigator.locks;
-  if (typeof EventSourceImpl !== 'function' || typeof BroadcastChannel !== 'function' || !locks) {
+  if (typeof EventSourceImpl !== 'function' || typeof BroadcastChannel !== 'function') {
     return EventSourceImpl;
   }
+  const elect = locks
+    ? (name, onLead) => lockElection(locks, name, onLead)
+    : (name, onLead, onDemote) => broadcastElection(name, onLead, onDemote);
   return class SharedEventSource {
     constructor(url) {
       this.url = url;
@@ -95,14 +186,13 @@ export function sharedEventSourceClass(EventSourceImpl = globalThis.EventSource)
       this.lastEventId = '';
       this.listeners = new Map();
       this.source = null;
-      this.release = null;
-      this.closed = false;
-      this.abort = new AbortController();
       this.channel = new BroadcastChannel(`ermis-sse:${url}`);
       this.channel.onmessage = (message) => this.fromChannel(message.data);
-      locks
-        .request(`ermis-sse:${url}`, { signal: this.abort.signal }, () => this.lead())
-        .catch(() => {});
+      this.election = elect(
+        `ermis-sse:${url}`,
+        () => this.lead(),
+        () => this.stepDown(),
+      );
       this.channel.postMessage({ type: 'hello' });
       this.addEventListener(CURSOR_EVENT, () => {});
     }
@@ -119,16 +209,16 @@ export function sharedEventSourceClass(EventSourceImpl = globalThis.EventSource)
       this.listeners.get(name).push(listener);
     }
 
-    // Holds the lock (the returned promise) until this tab closes the stream.
     lead() {
-      if (this.closed) return undefined;
-      return new Promise((resolve) => {
-        this.release = resolve;
-        this.source = new EventSourceImpl(withLastEventId(this.url, this.lastEventId), { withCredentials: true });
-        this.source.onopen = () => this.publish({ type: 'open' });
-        this.source.onerror = () => this.publish({ type: 'error' });
-        for (const name of this.listeners.keys()) this.relay(name);
-      });
+      this.source = new EventSourceImpl(withLastEventId(this.url, this.lastEventId), { withCredentials: true });
+      this.source.onopen = () => this.publish({ type: 'open' });
+      this.source.onerror = () => this.publish({ type: 'error' });
+      for (const name of this.listeners.keys()) this.relay(name);
+    }
+
+    stepDown() {
+      if (this.source) this.source.close();
+      this.source = null;
     }
 
     relay(name) {
@@ -165,13 +255,8 @@ export function sharedEventSourceClass(EventSourceImpl = globalThis.EventSource)
     }
 
     close() {
-      this.closed = true;
-      this.abort.abort();
-      if (this.source) {
-        this.source.close();
-        this.source = null;
-      }
-      if (this.release) this.release();
+      this.stepDown();
+      this.election.close();
       this.channel.close();
     }
   };

@@ -47,7 +47,7 @@ from lib.local.dev_sign_in import PERSONAS, sign_in_endpoint, sign_in_url, sign_
 from lib.local.paths import PROJECT_ROOT, data_dir, dev_key_dir, session_file
 from lib.local.queue_bridge import PushBridge, queue_triggers
 from lib.local.scheduler import CronScheduler, SimulatedClock, invoke_cron, system_clock
-from lib.local.server import VercelRouter
+from lib.local.server import Server, VercelRouter
 from lib.local.services import (
     EmbeddedPostgres,
     EmbeddedRedis,
@@ -121,7 +121,7 @@ async def serve(
     if bridge:
         dev_routes["/__dev/queues"] = Route("/__dev/queues", bridge.depths_endpoint)
     router = VercelRouter(PROJECT_ROOT, dev_routes)
-    servers = [uvicorn.Server(uvicorn.Config(router, host=host, port=port, log_level="warning"))]
+    servers = [Server(uvicorn.Config(router, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5))]
     if upstash_port is not None:
         from lib.local.upstash_rest import upstash_rest_app
 

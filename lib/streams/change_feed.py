@@ -15,9 +15,16 @@ The model:
   platform-wide reader watches ``(kind, "*")``, woken by every value of that kind). Keys carry
   the authorization of the reads that follow: a notification for tenant B can only wake keys of
   tenant B, and what a woken stream sends is still decided by its read.
-- **Coalescing**: notifications are gathered for ``COALESCE_S`` (25 ms), then each key that
-  changed gets a new *version* and its watchers wake at once. Streams key their shared reads by
-  those versions, so a burst costs one read per audience per window.
+- **Coalescing**: a key that changed gets a new *version* and its watchers wake at once — at
+  most once per ``COALESCE_S`` (25 ms) per key: the first notification after a quiet window
+  wakes immediately, later ones within the window are gathered into one wake at its end.
+  Streams key their shared reads by those versions, so a burst costs one read per audience per
+  window, and a lone change waits for nothing.
+- **Keep-alive**: a stream's wait also returns ``KEEP_ALIVE`` every ``PING_SECONDS``; the stream
+  sends a ``: ping`` comment, so proxies never see a silent connection and a gone client is
+  noticed — the wait is the stream's only timer.
+- **Shutdown**: ``end_streams()`` (called by the server as it stops) ends every stream of the
+  process at its next wait, with a clean end of body, so the browsers reconnect elsewhere.
 - **Safety net**: while push is healthy, a stream also reads every ``ERMIS_SSE_SAFETY_POLL_S``
   (60 s), aligned to the clock like the polls, so nothing is ever missed.
 - **Fallback**: when the listener cannot connect, fails its probe, or its connection drops
@@ -41,7 +48,7 @@ import psycopg
 from lib.clock import Deadline
 from lib.observability import log_server_error
 from lib.settings import get_settings, secret_or_none
-from lib.streams.sse import StreamTiming
+from lib.streams.sse import PING_SECONDS, StreamTiming
 
 CHANNEL = "ermis_changes"
 LISTENER_APPLICATION_NAME = "ermis-change-listener"  # how an operator finds the connection
@@ -51,6 +58,7 @@ LINGER_S = 30.0
 RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 ANY = "*"
 HEALTH = ("listener", "health")  # the waiters' key for a change of the listener's health
+KEEP_ALIVE = ("keep-alive",)  # what next_read_before returns when the stream should send a ping
 
 AudienceKey = tuple[str, str]
 
@@ -64,11 +72,12 @@ class ChangeListener:
         self._versions: dict[AudienceKey, int] = {}
         self._waiters: dict[Hashable, set[asyncio.Future[None]]] = {}
         self._pending: set[AudienceKey] = set()
-        self._flush: asyncio.TimerHandle | None = None
+        self._woken_at: dict[AudienceKey, float] = {}
         self._watchers = 0
         self._task: asyncio.Task[None] | None = None
         self._idle_since: float | None = None
         self._outage_reported = False
+        self.ending = False
 
     # -- the streams' side ------------------------------------------------------------------
 
@@ -90,16 +99,17 @@ class ChangeListener:
 
     async def wait(self, keys: tuple[AudienceKey, ...], timeout_s: float) -> None:
         """Until one of ``keys`` changes, the listener's health changes, or ``timeout_s``. One
-        future per waiting stream, no task: an idle stream costs next to nothing here."""
-        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future and one timer per waiting stream, no task: an idle stream costs next to nothing
+        here, and a thousand woken at once cost a thousand callbacks."""
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
         for key in (*keys, HEALTH):
             self._waiters.setdefault(key, set()).add(woken)
+        timer = loop.call_later(max(0.0, timeout_s), _resolve, woken)
         try:
-            async with asyncio.timeout(max(0.0, timeout_s)):
-                await woken
-        except TimeoutError:
-            pass
+            await woken
         finally:
+            timer.cancel()
             for key in (*keys, HEALTH):
                 waiting = self._waiters.get(key)
                 if waiting is not None:
@@ -107,10 +117,14 @@ class ChangeListener:
                     if not waiting:
                         del self._waiters[key]
 
+    def end_streams(self) -> None:
+        self.ending = True
+        for key in list(self._waiters):
+            self._wake(key)
+
     def _wake(self, key: Hashable) -> None:
         for woken in self._waiters.pop(key, ()):
-            if not woken.done():
-                woken.set_result(None)
+            _resolve(woken)
 
     # -- the connection's side --------------------------------------------------------------
 
@@ -118,16 +132,21 @@ class ChangeListener:
         kind, _, value = payload.partition("|")
         if not kind or kind == "probe":
             return
-        self._pending |= {(kind, value), (kind, ANY)}
-        if self._flush is None:
-            self._flush = asyncio.get_running_loop().call_later(COALESCE_S, self._wake_pending)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if len(self._woken_at) > 4096:  # only keys woken within the last window matter
+            self._woken_at = {key: at for key, at in self._woken_at.items() if now - at < COALESCE_S}
+        for key in ((kind, value), (kind, ANY)):
+            if key not in self._pending:
+                self._pending.add(key)
+                # At the earliest on the loop's next turn: notifications read off the socket together wake once.
+                loop.call_at(max(now, self._woken_at.get(key, now - COALESCE_S) + COALESCE_S), self._wake_key, key)
 
-    def _wake_pending(self) -> None:
-        self._flush = None
-        pending, self._pending = self._pending, set()
-        for key in pending:
-            self._versions[key] = self._versions.get(key, 0) + 1
-            self._wake(key)
+    def _wake_key(self, key: AudienceKey) -> None:
+        self._pending.discard(key)
+        self._woken_at[key] = asyncio.get_running_loop().time()
+        self._versions[key] = self._versions.get(key, 0) + 1
+        self._wake(key)
 
     def _set_healthy(self, healthy: bool, error: BaseException | str | None = None) -> None:
         if healthy == self.healthy and error is None:
@@ -182,6 +201,11 @@ class ChangeListener:
                     self._received(notify.payload)
 
 
+def _resolve(woken: asyncio.Future[None]) -> None:
+    if not woken.done():
+        woken.set_result(None)
+
+
 _listeners: dict[asyncio.AbstractEventLoop, ChangeListener] = {}
 
 
@@ -191,6 +215,13 @@ def change_listener() -> ChangeListener:
     if listener is None:
         listener = _listeners[loop] = ChangeListener()
     return listener
+
+
+def end_streams() -> None:
+    """End every stream of this loop at its next wait: the server is stopping."""
+    listener = _listeners.get(asyncio.get_running_loop())
+    if listener is not None:
+        listener.end_streams()
 
 
 async def stop_change_listener() -> None:
@@ -211,6 +242,7 @@ class ChangeWatch:
         self.timing, self.keys = timing, keys
         self.listener = change_listener()
         self._last: Hashable | None = None
+        self._keep_alive_at = time.monotonic() + PING_SECONDS
 
     @contextmanager
     def open(self) -> Iterator[ChangeWatch]:
@@ -233,15 +265,18 @@ class ChangeWatch:
 
     async def next_read_before(self, deadline: Deadline) -> Hashable | None:
         """Wait for a reason to read again — a change of the keys (push), the health of the
-        listener changing, or the next aligned tick — and return the read's key; ``None`` when
-        the deadline (the stream's self-close) comes first."""
+        listener changing, or the next aligned tick — and return the read's key; ``KEEP_ALIVE``
+        when a ping is due first; ``None`` when the deadline (the stream's self-close) comes."""
         while True:
             if (key := self._current_key()) != self._last:
                 self._last = key
                 return key
-            if deadline.passed():
+            if deadline.passed() or self.listener.ending:
                 return None
+            if (until_keep_alive := self._keep_alive_at - time.monotonic()) <= 0:
+                self._keep_alive_at = time.monotonic() + PING_SECONDS
+                return KEEP_ALIVE
             interval = self._interval_s()
             until_tick = (int(time.time() // interval) + 1) * interval - time.time()
             keys = self.keys if self.listener.healthy else ()
-            await self.listener.wait(keys, min(until_tick, deadline.remaining()))
+            await self.listener.wait(keys, min(until_tick, until_keep_alive, deadline.remaining()))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Hashable
 
-from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -24,9 +23,10 @@ from lib.contracts.stream_events import FeedChanged
 from lib.observability import log_server_error
 from lib.platform.activity import normalize_tenant_id
 from lib.platform.editorial import list_tenant_drafts, read_draft_feed_watermark
-from lib.streams.change_feed import ChangeWatch
+from lib.streams.change_feed import KEEP_ALIVE, ChangeWatch
 from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import (
+    KEEP_ALIVE_FRAME,
     RETRY_MS,
     StreamDeadlineReached,
     event_stream,
@@ -41,20 +41,38 @@ FEED_MAX_DURATION_S = 240
 shared_watermarks = SharedReads()
 
 
-async def feed_frames(tenant_scope_id: str) -> AsyncIterator[ServerSentEvent]:
+def _frame(watermark: dict, retry: int | None = None) -> bytes | None:
+    return sse_frame(
+        "feed.changed",
+        FeedChanged.model_validate(watermark).model_dump(),
+        f"{watermark['latestUpdatedAt']}|{watermark['draftCount']}",
+        retry=retry,
+    )
+
+
+async def _read_and_frame(tenant_scope_id: str) -> tuple[dict, bytes | None]:
+    """The watermark and its frame, made once for every stream that shares the read."""
+    watermark = await read_draft_feed_watermark(tenant_scope_id)
+    return watermark, _frame(watermark)
+
+
+async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
     timing = stream_timing(FEED_POLL_INTERVAL_MS, FEED_MAX_DURATION_S)
     deadline = timing.deadline()
     last: dict | None = None
-    sequence = 0
     with ChangeWatch(timing, (("drafts", normalize_tenant_id(tenant_scope_id)),)).open() as watch:
         read_key: Hashable | None = watch.read_key()
         while read_key is not None:
+            if read_key is KEEP_ALIVE:
+                yield KEEP_ALIVE_FRAME
+                read_key = await watch.next_read_before(deadline)
+                continue
             try:
-                watermark = await read_before(
+                watermark, frame = await read_before(
                     deadline,
                     shared_watermarks.read(
                         (tenant_scope_id, read_key),
-                        lambda: read_draft_feed_watermark(tenant_scope_id),
+                        lambda: _read_and_frame(tenant_scope_id),
                         timing.share_window_s,
                     ),
                 )
@@ -64,13 +82,8 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[ServerSentEvent]:
                 log_server_error("/api/feed/events", error, tenant=tenant_scope_id)
                 watermark = None
             if watermark is not None and watermark != last:
-                sequence += 1
-                frame = sse_frame(
-                    "feed.changed",
-                    FeedChanged.model_validate(watermark).model_dump(),
-                    f"{watermark['latestUpdatedAt']}|{watermark['draftCount']}",
-                    retry=RETRY_MS if sequence == 1 else None,
-                )
+                if last is None:
+                    frame = _frame(watermark, RETRY_MS)  # a connection's first frame sets the retry
                 if frame is not None:
                     yield frame
                 last = watermark

@@ -15,7 +15,11 @@ oldest first with ``initial: true``; notifications only seed the seen set. A rec
 sends ``Last-Event-ID`` (every frame id is ``<time>|<kind>|<row id>``) gets no replay: rows up
 to that time count as seen, and only newer ones are sent — the spec's reconnect flood, closed.
 Each tick then sends whatever this connection has not seen, in time order. Every read is
-shared per audience key (tenant, review scope, user) for 7/8 of the poll interval. The
+shared per audience key (tenant, review scope, user) and per change or poll tick, and shaped
+once where it is shared (``KindRead``: rows validated by their contract and framed), so a change
+that wakes a thousand streams of a tenant costs one query and one serialisation per kind, and
+each stream only picks the frames it has not seen — by reference to the shared read's ids, so
+an idle stream holds no copy of them. The
 ``notificationsRestPolling`` flag answers 204 before any stream work; the stream self-closes
 at 240 s. A payload that does not match its contract is dropped, never sent half-formed.
 """
@@ -23,13 +27,13 @@ at 240 s. A payload that does not match its contract is dropped, never sent half
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -42,9 +46,10 @@ from lib.observability import log_server_error
 from lib.platform import activity
 from lib.platform.activity import normalize_tenant_id
 from lib.platform.flags import resolve_feature_flags
-from lib.streams.change_feed import ANY, AudienceKey, ChangeWatch
+from lib.streams.change_feed import ANY, KEEP_ALIVE, AudienceKey, ChangeWatch
 from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import (
+    KEEP_ALIVE_FRAME,
     RETRY_MS,
     StreamDeadlineReached,
     cursor_frame,
@@ -59,6 +64,7 @@ NOTIFICATIONS_MAX_DURATION_S = 240
 REPLAY_LIMIT = 20
 READ_LIMIT = 50
 
+shared_audience_reads = SharedReads()
 shared_activity_reads = SharedReads()
 shared_flag_reads = SharedReads()
 FLAG_SHARE_S = 5.0
@@ -91,6 +97,18 @@ class Event:
     @property
     def event_id(self) -> str:
         return f"{_id_time(self.at)}|{self.kind}|{self.row_id}"
+
+    @property
+    def order(self) -> tuple[datetime, str, str]:
+        return (self.at, self.kind, self.row_id)
+
+    def frame(self, retry: int | None = None) -> bytes | None:
+        return sse_frame(self.kind, self.payload, self.event_id, retry=retry)
+
+    @functools.cached_property
+    def shared_frame(self) -> bytes | None:
+        """The frame every stream sends for this event, serialised once."""
+        return self.frame()
 
 
 def _id_time(at: datetime) -> str:
@@ -171,6 +189,23 @@ def to_events(kind: str, rows: list[dict[str, Any]], initial: bool) -> list[Even
     return events
 
 
+class KindRead:
+    """One shared read of one kind for one audience, shaped once for every stream sharing it."""
+
+    def __init__(self, kind: str, rows: list[dict[str, Any]]) -> None:
+        self.kind, self.rows = kind, rows
+        self.events = to_events(kind, rows, initial=False)
+        self.ids = frozenset(str(row["id"]) for row in rows)
+        self.newest = max((row["at"] for row in rows), default=None)
+        self._replay: list[Event] | None = None
+
+    def replay(self) -> list[Event]:
+        """The connect replay (``initial: true``), built by the first stream that connects."""
+        if self._replay is None:
+            self._replay = to_events(self.kind, self.rows[:REPLAY_LIMIT], initial=True)
+        return self._replay
+
+
 def audience_keys(audience: Audience) -> tuple[AudienceKey, ...]:
     """The change notifications this audience's reads depend on (``change_feed``)."""
     keys: list[AudienceKey] = [("activity", normalize_tenant_id(audience.tenant)), ("user", audience.user_id)]
@@ -180,29 +215,48 @@ def audience_keys(audience: Audience) -> tuple[AudienceKey, ...]:
     return tuple(keys)
 
 
-async def read_activity(audience: Audience, read_key: Hashable, window_s: float) -> dict[str, list[dict[str, Any]]]:
-    def shared(key: tuple[str, str], load: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Awaitable[Any]:
-        return shared_activity_reads.read((*key, read_key), load, window_s)
+async def read_activity(audience: Audience, read_key: Hashable, window_s: float) -> dict[str, KindRead]:
+    """Every kind this audience may see, read once per audience and change (or tick): the
+    streams of one user share it whole, and its kinds are shared wider (a tenant's alerts by
+    all its users)."""
+    return await shared_audience_reads.read(
+        (audience, read_key), lambda: _read_each_kind(audience, read_key, window_s), window_s
+    )
 
-    reads: dict[str, Awaitable[Any]] = {
+
+async def _read_each_kind(audience: Audience, read_key: Hashable, window_s: float) -> dict[str, KindRead]:
+    def shared(
+        kind: str, key: tuple[str, str], load: Callable[[], Awaitable[list[dict[str, Any]]]]
+    ) -> asyncio.Future[KindRead]:
+        async def load_and_shape() -> KindRead:
+            return KindRead(kind, await load())
+
+        return shared_activity_reads.start((*key, read_key), load_and_shape, window_s)
+
+    reads = {
         "alert.triggered": shared(
-            ("alerts", audience.tenant or ""), lambda: activity.recent_alerts(audience.tenant, READ_LIMIT)
+            "alert.triggered",
+            ("alerts", audience.tenant or ""),
+            lambda: activity.recent_alerts(audience.tenant, READ_LIMIT),
         ),
         "delivery.failed": shared(
+            "delivery.failed",
             ("deliveries", audience.tenant or ""),
             lambda: activity.recent_failed_deliveries(audience.tenant, READ_LIMIT),
         ),
         "notification.created": shared(
-            ("notifications", audience.user_id), lambda: activity.recent_notifications(audience.user_id, READ_LIMIT)
+            "notification.created",
+            ("notifications", audience.user_id),
+            lambda: activity.recent_notifications(audience.user_id, READ_LIMIT),
         ),
     }
     if audience.review_scope is not None:  # without a review capability the read is never issued
         scope = audience.review_scope
         reads["review.status.changed"] = shared(
-            ("reviews", scope), lambda: activity.recent_review_events(scope, READ_LIMIT)
+            "review.status.changed", ("reviews", scope), lambda: activity.recent_review_events(scope, READ_LIMIT)
         )
-    results = await asyncio.gather(*reads.values())
-    return dict(zip(reads.keys(), results, strict=True))
+    # Started together above, awaited one by one here.
+    return {kind: await asyncio.shield(read) for kind, read in reads.items()}
 
 
 def _resume_time(last_event_id: str | None) -> datetime | None:
@@ -215,61 +269,73 @@ def _resume_time(last_event_id: str | None) -> datetime | None:
     return resume if resume.tzinfo else None
 
 
-def _frames(events: list[Event], first: bool) -> list[ServerSentEvent]:
-    frames = []
-    for event in sorted(events, key=lambda e: (e.at, e.kind, e.row_id)):
-        frame = sse_frame(event.kind, event.payload, event.event_id, retry=RETRY_MS if first and not frames else None)
+@functools.lru_cache(maxsize=4096)
+def _cursor(at: datetime) -> bytes:
+    """The cursor frame at ``at``: every stream of an audience sends the same one."""
+    return cursor_frame(f"{_id_time(at)}|cursor|")
+
+
+def _batch(events: list[Event], first: bool) -> bytes:
+    """``events`` in time order as one chunk; the first frame of a connection carries ``retry``."""
+    chunks = []
+    for event in sorted(events, key=lambda e: e.order):
+        frame = event.shared_frame if chunks or not first else event.frame(RETRY_MS)
         if frame is not None:
-            frames.append(frame)
-    return frames
+            chunks.append(frame)
+    return b"".join(chunks)
 
 
-async def notification_frames(audience: Audience, last_event_id: str | None) -> AsyncIterator[ServerSentEvent]:
-    """Replay (or resume), then new rows as they are notified (``change_feed``). Whatever existed when the connection
-    opened and was not replayed (notifications) is seen, never sent; a cursor frame after each
-    batch records the newest row seen, so a reconnect resumes after it — not after the last
-    *sent* row, which would re-send those seeded rows as new."""
+async def notification_frames(audience: Audience, last_event_id: str | None) -> AsyncIterator[bytes]:
+    """Replay (or resume), then new rows as they are notified (``change_feed``). Whatever existed
+    when the connection opened and was not replayed (notifications) is seen, never sent; a cursor
+    frame after each batch records the newest row seen, so a reconnect resumes after it — not
+    after the last *sent* row, which would re-send those seeded rows as new. What a stream has
+    seen is the ids of its last read of each kind (shared with the other streams): a row that
+    was not in it is new."""
     timing = stream_timing(NOTIFICATIONS_POLL_INTERVAL_MS, NOTIFICATIONS_MAX_DURATION_S)
     deadline = timing.deadline()
     resume_from = _resume_time(last_event_id)
-    seen: set[tuple[str, str]] = set()
+    seen: dict[str, frozenset[str]] | None = None  # None: not connected yet
     cursor_at: datetime | None = None
-    connected = False
     with ChangeWatch(timing, audience_keys(audience)).open() as watch:
         read_key: Hashable | None = watch.read_key()
         while read_key is not None:
+            if read_key is KEEP_ALIVE:
+                yield KEEP_ALIVE_FRAME
+                read_key = await watch.next_read_before(deadline)
+                continue
             try:
-                rows = await read_before(deadline, read_activity(audience, read_key, timing.share_window_s))
+                reads = await read_before(deadline, read_activity(audience, read_key, timing.share_window_s))
             except StreamDeadlineReached:
                 return
             except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal
                 log_server_error("/api/notifications/events", error, user=audience.user_id)
-                rows = None
-            if rows is not None:
-                outgoing: list[Event] = []
-                if not connected:
-                    for kind, kind_rows in rows.items():
-                        if resume_from is not None:
-                            seen |= {(kind, str(row["id"])) for row in kind_rows if row["at"] <= resume_from}
-                        elif kind in REPLAYED_KINDS:
-                            outgoing += to_events(kind, kind_rows[:REPLAY_LIMIT], initial=True)
-                            seen |= {(kind, str(row["id"])) for row in kind_rows}
-                        else:
-                            seen |= {(kind, str(row["id"])) for row in kind_rows}
-                for kind, kind_rows in rows.items():
-                    fresh = [row for row in kind_rows if (kind, str(row["id"])) not in seen]
-                    outgoing += to_events(kind, fresh, initial=False)
-                    seen |= {(kind, str(row["id"])) for row in fresh}
-                frames = _frames(outgoing, first=not connected)
-                for frame in frames:
-                    yield frame
-                newest = max((row["at"] for kind_rows in rows.values() for row in kind_rows), default=None)
+                reads = None
+            if reads is not None:
+                first = seen is None
+                outgoing = _outgoing(reads, seen, resume_from)
+                chunk = _batch(outgoing, first)
+                seen = {kind: read.ids for kind, read in reads.items()}
+                newest = max((read.newest for read in reads.values() if read.newest is not None), default=None)
                 if newest is not None and (cursor_at is None or newest > cursor_at):
                     cursor_at = newest
-                if cursor_at is not None and (frames or not connected):
-                    yield cursor_frame(f"{_id_time(cursor_at)}|cursor|")
-                connected = True
+                if cursor_at is not None and (chunk or first):
+                    chunk += _cursor(cursor_at)
+                if chunk:
+                    yield chunk
             read_key = await watch.next_read_before(deadline)
+
+
+def _outgoing(
+    reads: dict[str, KindRead], seen: dict[str, frozenset[str]] | None, resume_from: datetime | None
+) -> list[Event]:
+    """What this read has for a stream that has ``seen`` the ids of its last read (``None``: the
+    connect — replay the replayed kinds, or, resuming, everything after ``resume_from``)."""
+    if seen is None and resume_from is None:
+        return [event for kind in REPLAYED_KINDS if kind in reads for event in reads[kind].replay()]
+    if seen is None:
+        return [event for read in reads.values() for event in read.events if event.at > resume_from]
+    return [event for kind, read in reads.items() for event in read.events if event.row_id not in seen.get(kind, ())]
 
 
 async def notification_events(request: Request) -> Response:
@@ -289,10 +355,8 @@ async def notification_events(request: Request) -> Response:
 async def notifications_snapshot(request: Request) -> Response:
     """What the polling fallback reads: the same items, with the same authorization."""
     audience = audience_for(require_session(request))
-    rows = await read_activity(audience, 0, 0)
-    items = {
-        kind: [event.payload for event in to_events(kind, kind_rows, initial=False)] for kind, kind_rows in rows.items()
-    }
+    reads = await read_activity(audience, 0, 0)
+    items = {kind: [event.payload for event in read.events] for kind, read in reads.items()}
     return JSONResponse(
         {
             "notifications": items["notification.created"],

@@ -1,9 +1,13 @@
 """Coalesced reads: N connections asking for the same thing within a window cost one query.
 
-``SharedReads().read(key, loader, window_s)`` returns the in-flight or recent result for
-``key`` if it started less than ``window_s`` ago, otherwise starts ``loader()``. Streams pass
-a window just under their poll interval, so each poll window costs one query per key. A rejected
-read is evicted at once, so an error never sticks for a window. The spec coalesces only the
+``SharedReads().start(key, loader, window_s)`` returns the in-flight or recent read of ``key``
+(an ``asyncio.Future``) if it started less than ``window_s`` ago, otherwise starts ``loader()``;
+``read`` awaits it. A stream that needs several reads starts them all, then awaits each: the
+loads run together, and a thousand waiting streams cost a thousand callbacks, not a thousand
+tasks. Waiting is shielded, so a stream that goes away never cancels a read others share. A
+failed read is evicted at once, so an error never sticks for a window. Streams key their reads
+by the change they answer (``change_feed``) or by poll tick, with a window just under the poll
+interval, so each change or poll window costs one query per key. The spec coalesces only the
 feed watermark (3.5 s under a 4 s poll); here every stream read goes through one of these,
 keyed by tenant or user, so an instance's database load follows the tenants and users
 connected, not the connections.
@@ -21,21 +25,23 @@ class SharedReads:
     def __init__(self) -> None:
         self._entries: dict[Hashable, tuple[float, asyncio.Future[Any]]] = {}
 
-    async def read(self, key: Hashable, loader: Callable[[], Awaitable[Any]], window_s: float) -> Any:
+    def start(self, key: Hashable, loader: Callable[[], Awaitable[Any]], window_s: float) -> asyncio.Future[Any]:
         now = time.monotonic()
         entry = self._entries.get(key)
         if entry is not None and now - entry[0] < window_s and entry[1].get_loop() is asyncio.get_running_loop():
-            return await asyncio.shield(entry[1])
+            return entry[1]
+        self._forget_expired(now, window_s)
         future: asyncio.Future[Any] = asyncio.ensure_future(loader())
         self._entries[key] = (now, future)
-        try:
-            return await asyncio.shield(future)
-        except Exception:
-            if self._entries.get(key, (0, None))[1] is future:
-                del self._entries[key]
-            raise
-        finally:
-            self._forget_expired(now, window_s)
+        future.add_done_callback(lambda done: self._evict_if_failed(key, done))
+        return future
+
+    async def read(self, key: Hashable, loader: Callable[[], Awaitable[Any]], window_s: float) -> Any:
+        return await asyncio.shield(self.start(key, loader, window_s))
+
+    def _evict_if_failed(self, key: Hashable, done: asyncio.Future[Any]) -> None:
+        if (done.cancelled() or done.exception() is not None) and self._entries.get(key, (0, None))[1] is done:
+            del self._entries[key]
 
     def _forget_expired(self, now: float, window_s: float) -> None:
         expired = [

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Hashable
 from typing import Any
 
-from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -31,9 +30,10 @@ from lib.http.routing import dynamic_segment
 from lib.observability import log_server_error
 from lib.platform.activity import normalize_tenant_id
 from lib.platform.editorial import find_story_draft
-from lib.streams.change_feed import ANY, ChangeWatch
+from lib.streams.change_feed import ANY, KEEP_ALIVE, ChangeWatch
 from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import (
+    KEEP_ALIVE_FRAME,
     RETRY_MS,
     StreamDeadlineReached,
     event_stream,
@@ -72,11 +72,11 @@ def _phase(draft: dict[str, Any]) -> dict[str, Any]:
     ).model_dump()
 
 
-def _frame(phase: dict[str, Any], retry: int | None = None) -> ServerSentEvent | None:
+def _frame(phase: dict[str, Any], retry: int | None = None) -> bytes | None:
     return sse_frame("story.phase", phase, f"{phase['updatedAt']}|{phase['phase']}|{phase['status']}", retry=retry)
 
 
-async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) -> AsyncIterator[ServerSentEvent]:
+async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) -> AsyncIterator[bytes]:
     timing = stream_timing(STORY_POLL_INTERVAL_MS, STORY_MAX_DURATION_S)
     deadline = timing.deadline()
     last = _phase(first)
@@ -87,6 +87,9 @@ async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) 
     with ChangeWatch(timing, (audience,)).open() as watch:
         watch.read_key()  # the first phase was read by the request itself
         while (read_key := await watch.next_read_before(deadline)) is not None:
+            if read_key is KEEP_ALIVE:
+                yield KEEP_ALIVE_FRAME
+                continue
             try:
                 draft = await read_before(deadline, _lookup(story_id, scope, read_key, timing.share_window_s))
             except StreamDeadlineReached:

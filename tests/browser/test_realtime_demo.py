@@ -143,12 +143,22 @@ def open_streams(server: DevServer) -> dict[str, int]:
     return httpx.get(f"{server.url}/__dev/streams").json()
 
 
+ELECTIONS = {
+    "web-locks": "",
+    # Browsers without the Web Locks API elect over BroadcastChannel (broadcastElection).
+    "broadcast": "delete Navigator.prototype.locks;",
+}
+
+
+@pytest.mark.parametrize("election", ELECTIONS)
 def test_three_tabs_share_one_connection_per_stream_and_lose_nothing_on_hand_over(
-    browser: Browser, dev_server: DevServer
+    browser: Browser, dev_server: DevServer, election: str
 ) -> None:
     before = open_streams(dev_server)
     context = browser.new_context()
-    token = dev_token(dev_server, "--sub", "user_tabs", "--org-id", "org_tabs", "--org-role", "org:owner")
+    context.add_init_script(ELECTIONS[election])
+    tenant = f"org_tabs_{election}"
+    token = dev_token(dev_server, "--sub", f"user_tabs_{election}", "--org-id", tenant, "--org-role", "org:owner")
     context.add_cookies([{"name": "__session", "value": token, "url": dev_server.url}])
     tabs = []
     for _ in range(3):
@@ -157,28 +167,32 @@ def test_three_tabs_share_one_connection_per_stream_and_lose_nothing_on_hand_ove
         expect(tab.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=15_000)
         expect(tab.get_by_test_id("feed-status")).to_have_text("streaming", timeout=15_000)
         tabs.append(tab)
+    assert tabs[0].evaluate("'locks' in navigator") == (election == "web-locks")
 
     def opened(stream: str) -> int:
         return open_streams(dev_server).get(stream, 0) - before.get(stream, 0)
 
     assert (opened("notifications"), opened("feed")) == (1, 1)  # three tabs, one connection each
-    execute(
-        dev_server,
-        "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
-        " VALUES ('tabs-1', 'org_tabs', 'r', 's', 'Seen by every tab', 'warning', 'in-app')",
-    )
+
+    def alert(number: int, title: str) -> str:
+        alert_id = f"tabs-{election}-{number}"
+        execute(
+            dev_server,
+            "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
+            " VALUES (%s, %s, 'r', %s, %s, 'warning', 'in-app')",
+            (alert_id, tenant, alert_id, title),
+        )
+        return f'li[data-event-id="{alert_id}"]'
+
+    first = alert(1, "Seen by every tab")
     for tab in tabs:
-        expect(tab.locator('li[data-event-id="tabs-1"]')).to_have_count(1, timeout=10_000)
+        expect(tab.locator(first)).to_have_count(1, timeout=10_000)
 
     tabs[0].close()  # the leader goes; a follower takes over from the last id it relayed
-    execute(
-        dev_server,
-        "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
-        " VALUES ('tabs-2', 'org_tabs', 'r', 's2', 'Written during the hand-over', 'warning', 'in-app')",
-    )
+    second = alert(2, "Written during the hand-over")
     for tab in tabs[1:]:
-        expect(tab.locator('li[data-event-id="tabs-2"]')).to_have_count(1, timeout=15_000)
-        expect(tab.locator('li[data-event-id="tabs-1"]')).to_have_count(1)  # not replayed as new
+        expect(tab.locator(second)).to_have_count(1, timeout=15_000)
+        expect(tab.locator(first)).to_have_count(1)  # not replayed as new
         expect(tab.get_by_test_id("notifications-status")).to_have_text("streaming")
     deadline = time.monotonic() + 15
     while opened("notifications") != 1 and time.monotonic() < deadline:

@@ -1,20 +1,32 @@
 """Change notifications from real Postgres: a change reaches an open stream long before its poll
 would have; a notification for tenant B never wakes tenant A; a burst of 1,000 inserts costs at
-most one read per audience per coalescing window; and the fallback — LISTEN unavailable, or its
-backend killed — polls, is reported once, and returns to push."""
+most one read per audience per coalescing window; and the fallback — LISTEN unavailable, its
+backend killed, or Postgres itself restarted under an open stream — polls, is reported once, and
+returns to push."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
+import psycopg
 import pytest
 
 import lib.streams.feed as feed_module
 from lib.clock import Deadline
-from lib.streams.change_feed import COALESCE_S, LISTENER_APPLICATION_NAME, ChangeWatch, change_listener
+from lib.db.migrate import apply_migrations
+from lib.db.pool import close_pools
+from lib.local.services import EmbeddedPostgres
+from lib.streams.change_feed import (
+    COALESCE_S,
+    LISTENER_APPLICATION_NAME,
+    ChangeWatch,
+    change_listener,
+    stop_change_listener,
+)
 from lib.streams.feed import feed_frames
 from lib.streams.sse import StreamTiming
 from tests.support.auth import session_headers
@@ -178,3 +190,70 @@ async def test_a_killed_listener_falls_back_to_polling_then_pushes_again(
     assert pushed is not None and pushed[0] == "push"
     reports = [line for line in capsys.readouterr().err.splitlines() if '"context": "streams:listen"' in line]
     assert len(reports) == 1  # one outage, one report
+
+
+@pytest.fixture
+async def restartable_postgres(tmp_path: Path, set_env) -> AsyncIterator[tuple[EmbeddedPostgres, str]]:
+    """A Postgres of this test's own (the suite's cannot be restarted under the other tests), which
+    the bundle uses for the test."""
+    postgres = EmbeddedPostgres(tmp_path / "postgres", "ermis_restart")
+    url = await asyncio.to_thread(postgres.start)
+    await asyncio.to_thread(apply_migrations, url)
+    set_env(DATABASE_URL=url)
+    try:
+        yield postgres, url
+    finally:
+        await stop_change_listener()
+        await close_pools()
+        await asyncio.to_thread(postgres.stop)
+
+
+async def test_postgres_restarted_under_an_open_stream_it_polls_then_pushes_again(
+    restartable_postgres: tuple[EmbeddedPostgres, str], set_env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    postgres, url = restartable_postgres
+    set_env(ERMIS_SSE_POLL_INTERVAL_MS="300", ERMIS_SSE_SAFETY_POLL_S="60", ERMIS_SSE_MAX_DURATION_S="120")
+    listener = change_listener()
+    counts: list[int] = []
+
+    async def hold_feed_stream() -> None:
+        async for frame in feed_frames("org_r"):
+            if frame.startswith(b"id:"):
+                counts.append(json.loads(frame.split(b"data: ", 1)[1].split(b"\r\n", 1)[0])["draftCount"])
+
+    async def write_draft(story: str) -> None:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await add_draft(conn, "org_r", story)
+
+    async def seen(count: int) -> bool:
+        return bool(counts) and counts[-1] == count
+
+    stream = asyncio.create_task(hold_feed_stream())
+    watch = ChangeWatch(StreamTiming(0.3, 120), (("drafts", "org_r"),))
+    try:
+        with watch.open():
+            assert await eventually(lambda: asyncio.sleep(0, result=listener.healthy), timeout_s=10)
+            await write_draft("s1")
+            assert await eventually(lambda: seen(1), timeout_s=5)
+
+            await asyncio.to_thread(postgres.stop)
+            assert await eventually(lambda: asyncio.sleep(0, result=not listener.healthy), timeout_s=10)
+            assert watch.read_key()[0] == "poll"  # polling at the stream's own interval meanwhile
+            await asyncio.sleep(1.0)  # reads fail while it is down: skipped, the stream goes on
+            assert not stream.done()
+
+            assert await asyncio.to_thread(postgres.start) == url
+            await write_draft("s2")
+            assert await eventually(lambda: seen(2), timeout_s=10)  # by polling, or push if back already
+
+            assert await eventually(lambda: asyncio.sleep(0, result=listener.healthy), timeout_s=20)  # reconnected
+            watch.read_key()
+            await write_draft("s3")
+            pushed = await watch.next_read_before(Deadline.after(5))
+            assert pushed is not None and pushed[0] == "push"
+            assert await eventually(lambda: seen(3), timeout_s=5)
+            assert not stream.done()
+    finally:
+        stream.cancel()
+    reports = [line for line in capsys.readouterr().err.splitlines() if '"context": "streams:listen"' in line]
+    assert len(reports) == 1  # one outage, one report, however many reconnects it took

@@ -13,6 +13,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from lib.db.pool import close_pools
+from lib.local.server import Server
 from lib.local.services import free_port
 from lib.redis.client import close_redis
 from lib.streams.change_feed import stop_change_listener
@@ -22,7 +23,7 @@ from lib.streams.change_feed import stop_change_listener
 def serve_in_thread(app: ASGIApp) -> Iterator[str]:
     """Serve ``app`` on a free loopback port; yields its base URL, stops on exit."""
     port = free_port()
-    server = uvicorn.Server(
+    server = Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off", timeout_graceful_shutdown=1)
     )
 
