@@ -119,7 +119,7 @@ def run_design(
         conn.execute(f"TRUNCATE {STREAM_TABLES}")
     server_process = psutil.Process()
     seconds = SETTLE_S + IDLE_S + (ACTIVE_S + 3 if active else 0)
-    with serve_in_thread(VercelRouter(PROJECT_ROOT)) as base_url:
+    with serve_in_thread(VercelRouter(PROJECT_ROOT), freeze_at_startup=True) as base_url:  # as scripts/serve
         host, port = base_url.removeprefix("http://").split(":")
         child = subprocess.Popen(
             [sys.executable, "-c", CLIENT, host, port, str(seconds), str(CONNECT_BATCH)],

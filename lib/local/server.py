@@ -8,12 +8,18 @@ the call, where the SDKs read them.
 Files in ``public/`` are served at the root like Vercel's static output; ``/__dev/...`` routes
 are the local runtime's own (queue depths, the development sign-in). Anything else is a 404 JSON.
 
-``Server`` is uvicorn's server that ends the open SSE streams when it stops (uvicorn would
-otherwise wait for them, up to their four-minute self-close, or cancel them mid-frame).
+``Server`` is uvicorn's server as the streams need it: it ends the open SSE streams when it stops
+(uvicorn would otherwise wait for them, up to their four-minute self-close, or cancel them
+mid-frame), and it takes what is loaded at startup — every function app and the libraries,
+alive as long as the process — out of the garbage collector's sight (``gc.freeze``): a full
+collection then scans only what requests made. Under 1,000 open streams that collection took
+117 ms with everything in sight and 38 ms after the freeze — a pause every stream's next frame
+waits out (``benchmarks/stream_fanout.py``).
 """
 
 from __future__ import annotations
 
+import gc
 import mimetypes
 from pathlib import Path
 from urllib.parse import urlencode
@@ -88,6 +94,15 @@ async def _accept_lifespan(receive: Receive, send: Send) -> None:
 
 
 class Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, freeze_at_startup: bool = True) -> None:
+        super().__init__(config)
+        self.freeze_at_startup = freeze_at_startup  # tests run many servers in one process: off
+
+    async def startup(self, sockets: list | None = None) -> None:
+        if self.freeze_at_startup:
+            gc.freeze()
+        await super().startup(sockets)
+
     async def shutdown(self, sockets: list | None = None) -> None:
         end_streams()
         await super().shutdown(sockets)

@@ -20,12 +20,14 @@ from lib.streams.change_feed import stop_change_listener
 
 
 @contextmanager
-def serve_in_thread(app: ASGIApp) -> Iterator[str]:
-    """Serve ``app`` on a free loopback port; yields its base URL, stops on exit."""
+def serve_in_thread(app: ASGIApp, freeze_at_startup: bool = False) -> Iterator[str]:
+    """Serve ``app`` on a free loopback port; yields its base URL, stops on exit. The garbage
+    collector's freeze (``Server``) is off unless asked: a test process starts hundreds."""
     port = free_port()
-    server = Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off", timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="error", lifespan="off", timeout_graceful_shutdown=1
     )
+    server = Server(config, freeze_at_startup=freeze_at_startup)
 
     async def serve_then_release() -> None:
         try:
