@@ -266,7 +266,9 @@ class ChangeWatch:
     async def next_read_before(self, deadline: Deadline) -> Hashable | None:
         """Wait for a reason to read again — a change of the keys (push), the health of the
         listener changing, or the next aligned tick — and return the read's key; ``KEEP_ALIVE``
-        when a ping is due first; ``None`` when the deadline (the stream's self-close) comes."""
+        when a ping is due first; ``None`` when the deadline (the stream's self-close) comes.
+        Before any read (no ``read_key()`` yet) there is nothing to wait for: the first call
+        returns at once."""
         while True:
             if (key := self._current_key()) != self._last:
                 self._last = key

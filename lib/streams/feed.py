@@ -13,7 +13,7 @@ Self-closes after 240 s; the browser reconnects.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,8 +28,8 @@ from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import (
     KEEP_ALIVE_FRAME,
     RETRY_MS,
+    EventStreamResponse,
     StreamDeadlineReached,
-    event_stream,
     read_before,
     sse_frame,
     stream_timing,
@@ -61,11 +61,9 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
     deadline = timing.deadline()
     last: dict | None = None
     with ChangeWatch(timing, (("drafts", normalize_tenant_id(tenant_scope_id)),)).open() as watch:
-        read_key: Hashable | None = watch.read_key()
-        while read_key is not None:
+        while (read_key := await watch.next_read_before(deadline)) is not None:
             if read_key is KEEP_ALIVE:
                 yield KEEP_ALIVE_FRAME
-                read_key = await watch.next_read_before(deadline)
                 continue
             try:
                 watermark, frame = await read_before(
@@ -87,14 +85,13 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
                 if frame is not None:
                     yield frame
                 last = watermark
-            read_key = await watch.next_read_before(deadline)
 
 
 async def feed_events(request: Request) -> Response:
     session = require_session(request)
     if session.tenant_scope_id is None:
         return Response(status_code=204)
-    return event_stream("feed", feed_frames(session.tenant_scope_id))
+    return EventStreamResponse("feed", feed_frames(session.tenant_scope_id))
 
 
 async def feed_drafts(request: Request) -> Response:

@@ -51,9 +51,9 @@ from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import (
     KEEP_ALIVE_FRAME,
     RETRY_MS,
+    EventStreamResponse,
     StreamDeadlineReached,
     cursor_frame,
-    event_stream,
     read_before,
     sse_frame,
     stream_timing,
@@ -298,11 +298,9 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
     seen: dict[str, frozenset[str]] | None = None  # None: not connected yet
     cursor_at: datetime | None = None
     with ChangeWatch(timing, audience_keys(audience)).open() as watch:
-        read_key: Hashable | None = watch.read_key()
-        while read_key is not None:
+        while (read_key := await watch.next_read_before(deadline)) is not None:
             if read_key is KEEP_ALIVE:
                 yield KEEP_ALIVE_FRAME
-                read_key = await watch.next_read_before(deadline)
                 continue
             try:
                 reads = await read_before(deadline, read_activity(audience, read_key, timing.share_window_s))
@@ -323,7 +321,6 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
                     chunk += _cursor(cursor_at)
                 if chunk:
                     yield chunk
-            read_key = await watch.next_read_before(deadline)
 
 
 def _outgoing(
@@ -349,7 +346,7 @@ async def notification_events(request: Request) -> Response:
     # A tab taking over a shared stream (ermis-realtime.js) cannot set the header: it passes
     # the id it resumes from as ?lastEventId=.
     resume = request.headers.get("last-event-id") or request.query_params.get("lastEventId")
-    return event_stream("notifications", notification_frames(audience_for(session), resume))
+    return EventStreamResponse("notifications", notification_frames(audience_for(session), resume))
 
 
 async def notifications_snapshot(request: Request) -> Response:

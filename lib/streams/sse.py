@@ -178,7 +178,3 @@ class EventStreamResponse(Response):
                 if connection.disconnected:
                     return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def event_stream(name: str, frames: AsyncIterator[bytes]) -> EventStreamResponse:
-    return EventStreamResponse(name, frames)

@@ -35,8 +35,8 @@ from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import (
     KEEP_ALIVE_FRAME,
     RETRY_MS,
+    EventStreamResponse,
     StreamDeadlineReached,
-    event_stream,
     read_before,
     sse_frame,
     stream_timing,
@@ -122,7 +122,7 @@ async def _visible_draft(request: Request) -> tuple[str, str | None, dict[str, A
 
 async def story_events(request: Request) -> Response:
     story_id, scope, draft = await _visible_draft(request)
-    return event_stream("story", story_frames(story_id, scope, draft))
+    return EventStreamResponse("story", story_frames(story_id, scope, draft))
 
 
 async def story_detail(request: Request) -> Response:
