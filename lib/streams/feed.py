@@ -71,7 +71,7 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
                     shared_watermarks.read(
                         (tenant_scope_id, read_key),
                         lambda: _read_and_frame(tenant_scope_id),
-                        timing.share_window_s,
+                        watch.share_window_s(),
                     ),
                 )
             except StreamDeadlineReached:

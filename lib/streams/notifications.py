@@ -206,32 +206,48 @@ class KindRead:
         return self._replay
 
 
-def audience_keys(audience: Audience) -> tuple[AudienceKey, ...]:
-    """The change notifications this audience's reads depend on (``change_feed``)."""
-    keys: list[AudienceKey] = [("activity", normalize_tenant_id(audience.tenant)), ("user", audience.user_id)]
+@functools.lru_cache(maxsize=4096)
+def kind_keys(audience: Audience) -> dict[str, AudienceKey]:
+    """The change notification each kind's read depends on (``change_feed``); the same (shared,
+    not to be changed) dict for every stream of an audience."""
+    tenant_activity = ("activity", normalize_tenant_id(audience.tenant))
+    keys = {"alert.triggered": tenant_activity, "delivery.failed": tenant_activity}
+    keys["notification.created"] = ("user", audience.user_id)
     if audience.review_scope is not None:
         review = ANY if audience.review_scope == activity.ALL_TENANTS else normalize_tenant_id(audience.review_scope)
-        keys.append(("review", review))
-    return tuple(keys)
+        keys["review.status.changed"] = ("review", review)
+    return keys
 
 
-async def read_activity(audience: Audience, read_key: Hashable, window_s: float) -> dict[str, KindRead]:
+@functools.lru_cache(maxsize=4096)
+def audience_keys(audience: Audience) -> tuple[AudienceKey, ...]:
+    """The change notifications this audience's reads depend on."""
+    return tuple(dict.fromkeys(kind_keys(audience).values()))
+
+
+ReadKeyOf = Callable[[AudienceKey], Hashable]
+
+
+async def read_activity(audience: Audience, read_key_of: ReadKeyOf, window_s: float) -> dict[str, KindRead]:
     """Every kind this audience may see, read once per audience and change (or tick): the
-    streams of one user share it whole, and its kinds are shared wider (a tenant's alerts by
-    all its users)."""
+    streams of one user share it whole, and each kind is shared wider (a tenant's alerts by all
+    its users) and read again only when its own audience changed (``read_key_of``)."""
+    kinds = kind_keys(audience)
+    by_key = {key: read_key_of(key) for key in audience_keys(audience)}
+    read_keys = {kind: by_key[key] for kind, key in kinds.items()}
     return await shared_audience_reads.read(
-        (audience, read_key), lambda: _read_each_kind(audience, read_key, window_s), window_s
+        (audience, *by_key.values()), lambda: _read_each_kind(audience, read_keys, window_s), window_s
     )
 
 
-async def _read_each_kind(audience: Audience, read_key: Hashable, window_s: float) -> dict[str, KindRead]:
+async def _read_each_kind(audience: Audience, read_keys: dict[str, Hashable], window_s: float) -> dict[str, KindRead]:
     def shared(
         kind: str, key: tuple[str, str], load: Callable[[], Awaitable[list[dict[str, Any]]]]
     ) -> asyncio.Future[KindRead]:
         async def load_and_shape() -> KindRead:
             return KindRead(kind, await load())
 
-        return shared_activity_reads.start((*key, read_key), load_and_shape, window_s)
+        return shared_activity_reads.start((*key, read_keys[kind]), load_and_shape, window_s)
 
     reads = {
         "alert.triggered": shared(
@@ -303,7 +319,7 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
                 yield KEEP_ALIVE_FRAME
                 continue
             try:
-                reads = await read_before(deadline, read_activity(audience, read_key, timing.share_window_s))
+                reads = await read_before(deadline, read_activity(audience, watch.read_key_of, watch.share_window_s()))
             except StreamDeadlineReached:
                 return
             except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal
@@ -352,7 +368,7 @@ async def notification_events(request: Request) -> Response:
 async def notifications_snapshot(request: Request) -> Response:
     """What the polling fallback reads: the same items, with the same authorization."""
     audience = audience_for(require_session(request))
-    reads = await read_activity(audience, 0, 0)
+    reads = await read_activity(audience, lambda _key: None, 0)  # window 0: a fresh read
     items = {kind: [event.payload for event in read.events] for kind, read in reads.items()}
     return JSONResponse(
         {

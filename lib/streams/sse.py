@@ -68,12 +68,6 @@ class StreamTiming:
     poll_interval_s: float
     max_duration_s: float
 
-    @property
-    def share_window_s(self) -> float:
-        """How long a tick's shared read stays reusable: 7/8 of the interval (the spec's 3.5 s
-        under 4 s); reads are keyed by tick too, so a new tick always reads afresh."""
-        return self.poll_interval_s * 0.875
-
     def deadline(self) -> Deadline:
         """When a stream opened now closes itself."""
         return Deadline.after(self.max_duration_s)

@@ -91,7 +91,7 @@ async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) 
                 yield KEEP_ALIVE_FRAME
                 continue
             try:
-                draft = await read_before(deadline, _lookup(story_id, scope, read_key, timing.share_window_s))
+                draft = await read_before(deadline, _lookup(story_id, scope, read_key, watch.share_window_s()))
             except StreamDeadlineReached:
                 return
             except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal

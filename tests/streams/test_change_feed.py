@@ -7,6 +7,7 @@ returns to push."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -26,6 +27,7 @@ from lib.streams.change_feed import (
     ChangeWatch,
     change_listener,
     stop_change_listener,
+    tick_phase,
 )
 from lib.streams.feed import feed_frames
 from lib.streams.sse import StreamTiming
@@ -257,3 +259,14 @@ async def test_postgres_restarted_under_an_open_stream_it_polls_then_pushes_agai
         stream.cancel()
     reports = [line for line in capsys.readouterr().err.splitlines() if '"context": "streams:listen"' in line]
     assert len(reports) == 1  # one outage, one report, however many reconnects it took
+
+
+def test_ticks_are_shared_within_a_tenant_and_spread_across_tenants() -> None:
+    # Every stream of a tenant — whoever its user, whatever else it watches — ticks together
+    # with the others (they share reads)...
+    same_tenant = [(("activity", "org_a"), ("user", f"user_{n}"), ("review", "org_a")) for n in range(5)]
+    assert {tick_phase(keys) for keys in same_tenant} == {tick_phase((("activity", "org_a"),))}
+    # ...and the tenants' ticks fall all over the interval, not all at the top of the minute.
+    phases = sorted(tick_phase((("activity", f"org_{n}"),)) for n in range(100))
+    assert phases[0] < 0.1 and phases[-1] > 0.9
+    assert max(b - a for a, b in itertools.pairwise(phases)) < 0.2

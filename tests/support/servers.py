@@ -20,14 +20,14 @@ from lib.streams.change_feed import stop_change_listener
 
 
 @contextmanager
-def serve_in_thread(app: ASGIApp, freeze_at_startup: bool = False) -> Iterator[str]:
-    """Serve ``app`` on a free loopback port; yields its base URL, stops on exit. The garbage
-    collector's freeze (``Server``) is off unless asked: a test process starts hundreds."""
+def serve_in_thread(app: ASGIApp, tune_collector: bool = False) -> Iterator[str]:
+    """Serve ``app`` on a free loopback port; yields its base URL, stops on exit. The collector
+    tuning of ``Server`` is off unless asked: a test process starts hundreds of servers."""
     port = free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="error", lifespan="off", timeout_graceful_shutdown=1
     )
-    server = Server(config, freeze_at_startup=freeze_at_startup)
+    server = Server(config, tune_collector=tune_collector)
 
     async def serve_then_release() -> None:
         try:
