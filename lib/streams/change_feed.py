@@ -20,6 +20,11 @@ The model:
   wakes immediately, later ones within the window are gathered into one wake at its end.
   Streams key their shared reads by those versions, so a burst costs one read per audience per
   window, and a lone change waits for nothing.
+- **Read ahead**: a change wakes the *reads* first, then the streams. A waiting stream names
+  its read (``ReadAhead``: a share key — the audience — and how to start the shared read); the
+  listener starts each distinct one once and wakes its streams when it is done, so they find it
+  ready. Woken first, a thousand streams would each take a turn before the one query they wait
+  for was even sent, and another to pick up its result — most of a burst's latency, measured.
 - **Keep-alive**: a stream's wait also returns ``KEEP_ALIVE`` every ``PING_SECONDS``; the stream
   sends a ``: ping`` comment, so proxies never see a silent connection and a gone client is
   noticed — the wait is the stream's only timer.
@@ -46,8 +51,9 @@ import math
 import time
 import uuid
 import zlib
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 
@@ -63,10 +69,13 @@ PROBE_TIMEOUT_S = 2.0
 LINGER_S = 30.0
 RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 ANY = "*"
-HEALTH = ("listener", "health")  # the waiters' key for a change of the listener's health
+HEALTH = ("listener", "health")  # what a stream that watches no key (polling) waits on
 KEEP_ALIVE = ("keep-alive",)  # what next_read_before returns when the stream should send a ping
 
 AudienceKey = tuple[str, str]
+# (share key, start): the read a change makes a stream do, started (not awaited) by ``start``
+# through the stream's ``SharedReads``; streams with the same share key share it.
+ReadAhead = tuple[Hashable, Callable[[], "asyncio.Future[Any]"]]
 
 
 class ChangeListener:
@@ -75,8 +84,11 @@ class ChangeListener:
     def __init__(self) -> None:
         self.healthy = False
         self.epoch = 0  # bumped on every health change: a read key from before is stale
-        self._versions: dict[AudienceKey, int] = {}
+        self.generation = 0  # bumped on every change of a version or the health: read keys to recompute
+        self.versions: dict[AudienceKey, int] = {}
+        self._read_keys: dict[tuple[AudienceKey, ...], tuple[tuple[int, int], dict[AudienceKey, Hashable]]] = {}
         self._waiters: dict[Hashable, set[asyncio.Future[None]]] = {}
+        self._read_aheads: dict[asyncio.Future[None], ReadAhead] = {}
         self._pending: set[AudienceKey] = set()
         self._woken_at: dict[AudienceKey, float] = {}
         self._watchers = 0
@@ -100,23 +112,44 @@ class ChangeListener:
             if self._watchers == 0:
                 self._idle_since = time.monotonic()
 
-    def version(self, keys: tuple[AudienceKey, ...]) -> tuple[Hashable, ...]:
-        return (self.epoch, *(self._versions.get(key, 0) for key in keys))
+    def read_keys(self, keys: tuple[AudienceKey, ...], tick: int) -> dict[AudienceKey, Hashable]:
+        """What a read that depends on each of ``keys`` alone is shared under at ``tick``: its
+        version with push, the tick alone without. Made once per change for all the streams
+        watching the same keys (the same, not to be changed, dict)."""
+        state = (self.generation, tick)
+        cached = self._read_keys.get(keys)
+        if cached is not None and cached[0] == state:
+            return cached[1]
+        if len(self._read_keys) > 4096:  # the keys of streams gone long ago
+            self._read_keys.clear()
+        if self.healthy:
+            by_key: dict[AudienceKey, Hashable] = {
+                key: ("push", self.epoch, self.versions.get(key, 0), tick) for key in keys
+            }
+        else:
+            by_key = dict.fromkeys(keys, ("poll", self.epoch, tick))
+        self._read_keys[keys] = (state, by_key)
+        return by_key
 
-    async def wait(self, keys: tuple[AudienceKey, ...], timeout_s: float) -> None:
-        """Until one of ``keys`` changes, the listener's health changes, or ``timeout_s``. One
-        future and one timer per waiting stream, no task: an idle stream costs next to nothing
-        here, and a thousand woken at once cost a thousand callbacks."""
+    async def wait(self, keys: tuple[AudienceKey, ...], timeout_s: float, read_ahead: ReadAhead | None) -> None:
+        """Until one of ``keys`` changes (and then ``read_ahead``, if any, is done), the
+        listener's health changes, or ``timeout_s``. One future and one timer per waiting
+        stream, no task: an idle stream costs next to nothing here, and a thousand woken at once
+        cost a thousand callbacks."""
         loop = asyncio.get_running_loop()
         woken: asyncio.Future[None] = loop.create_future()
-        for key in (*keys, HEALTH):
+        watched = keys or (HEALTH,)  # a health change wakes every key: it need not be watched as well
+        for key in watched:
             self._waiters.setdefault(key, set()).add(woken)
+        if read_ahead is not None:
+            self._read_aheads[woken] = read_ahead
         timer = loop.call_later(max(0.0, timeout_s), _resolve, woken)
         try:
             await woken
         finally:
             timer.cancel()
-            for key in (*keys, HEALTH):
+            self._read_aheads.pop(woken, None)
+            for key in watched:
                 waiting = self._waiters.get(key)
                 if waiting is not None:
                     waiting.discard(woken)
@@ -125,12 +158,36 @@ class ChangeListener:
 
     def end_streams(self) -> None:
         self.ending = True
+        self._wake_all()
+
+    def _wake_all(self) -> None:
         for key in list(self._waiters):
             self._wake(key)
 
     def _wake(self, key: Hashable) -> None:
         for woken in self._waiters.pop(key, ()):
             _resolve(woken)
+
+    def _read_ahead_then_wake(self, key: AudienceKey) -> None:
+        """Start each distinct read the watchers of ``key`` will do, and wake each watcher when
+        its read is done (at once for a watcher that named none, or whose read fails to start:
+        it reads for itself)."""
+        by_share_key: dict[Hashable, tuple[Callable[[], asyncio.Future[Any]], list[asyncio.Future[None]]]] = {}
+        for woken in self._waiters.pop(key, ()):
+            read_ahead = self._read_aheads.get(woken)
+            if read_ahead is None:
+                _resolve(woken)
+            else:
+                by_share_key.setdefault(read_ahead[0], (read_ahead[1], []))[1].append(woken)
+        for start, streams in by_share_key.values():
+            try:
+                read = start()
+            except Exception:  # noqa: BLE001 - the streams read for themselves and report it
+                read = None
+            if read is None or read.done():
+                _resolve_all(streams)
+            else:
+                read.add_done_callback(lambda _read, streams=streams: _resolve_all(streams))
 
     # -- the connection's side --------------------------------------------------------------
 
@@ -151,8 +208,9 @@ class ChangeListener:
     def _wake_key(self, key: AudienceKey) -> None:
         self._pending.discard(key)
         self._woken_at[key] = asyncio.get_running_loop().time()
-        self._versions[key] = self._versions.get(key, 0) + 1
-        self._wake(key)
+        self.versions[key] = self.versions.get(key, 0) + 1
+        self.generation += 1
+        self._read_ahead_then_wake(key)
 
     def _set_healthy(self, healthy: bool, error: BaseException | str | None = None) -> None:
         if healthy == self.healthy and error is None:
@@ -165,7 +223,8 @@ class ChangeListener:
         if healthy != self.healthy:
             self.healthy = healthy
             self.epoch += 1
-            self._wake(HEALTH)
+            self.generation += 1
+            self._wake_all()
 
     def _lingered(self) -> bool:
         return self._watchers == 0 and self._idle_since is not None and time.monotonic() - self._idle_since > LINGER_S
@@ -221,6 +280,11 @@ def _resolve(woken: asyncio.Future[None]) -> None:
         woken.set_result(None)
 
 
+def _resolve_all(streams: list[asyncio.Future[None]]) -> None:
+    for woken in streams:
+        _resolve(woken)
+
+
 _listeners: dict[asyncio.AbstractEventLoop, ChangeListener] = {}
 
 
@@ -274,33 +338,30 @@ class ChangeWatch:
         reads are keyed by tick and version too, so a new tick or a change always reads afresh."""
         return self._interval_s() * 0.875
 
-    def _current_key(self) -> Hashable:
-        return self._key_of(self.keys)
+    def read_keys(self) -> dict[AudienceKey, Hashable]:
+        """What a read that depends on each of the stream's keys alone is shared under now: a
+        change of its other keys does not make it stale (an alert does not re-read the user's
+        notifications)."""
+        return self.listener.read_keys(self.keys, _tick(self._phase, self._interval_s()))
 
-    def _key_of(self, keys: tuple[AudienceKey, ...]) -> Hashable:
-        tick = _tick(self._phase, self._interval_s())
-        if self.listener.healthy:
-            return ("push", self.listener.version(keys), tick)
-        return ("poll", self.listener.epoch, tick)
-
-    def read_key_of(self, key: AudienceKey) -> Hashable:
-        """What a read that depends on ``key`` alone is shared under: a change of the stream's
-        other keys does not make it stale (an alert does not re-read the user's notifications)."""
-        return self._key_of((key,))
+    def current_key(self) -> tuple[Hashable, ...]:
+        """What a read of all the stream's keys is shared under now: ``("push", ...)`` or
+        ``("poll", ...)`` and the read key of each."""
+        return ("push" if self.listener.healthy else "poll", *self.read_keys().values())
 
     def read_key(self) -> Hashable:
         """What this moment's read is shared under, remembered as the last one read."""
-        self._last = self._current_key()
+        self._last = self.current_key()
         return self._last
 
-    async def next_read_before(self, deadline: Deadline) -> Hashable | None:
+    async def next_read_before(self, deadline: Deadline, read_ahead: ReadAhead | None = None) -> Hashable | None:
         """Wait for a reason to read again — a change of the keys (push), the health of the
         listener changing, or the next aligned tick — and return the read's key; ``KEEP_ALIVE``
         when a ping is due first; ``None`` when the deadline (the stream's self-close) comes.
         Before any read (no ``read_key()`` yet) there is nothing to wait for: the first call
-        returns at once."""
+        returns at once. On a change, ``read_ahead`` is started before the stream wakes."""
         while True:
-            if (key := self._current_key()) != self._last:
+            if (key := self.current_key()) != self._last:
                 self._last = key
                 return key
             if deadline.passed() or self.listener.ending:
@@ -311,4 +372,4 @@ class ChangeWatch:
             interval = self._interval_s()
             until_tick = (_tick(self._phase, interval) + 1 + self._phase) * interval - time.time()
             keys = self.keys if self.listener.healthy else ()
-            await self.listener.wait(keys, min(until_tick, until_keep_alive, deadline.remaining()))
+            await self.listener.wait(keys, min(until_tick, until_keep_alive, deadline.remaining()), read_ahead)

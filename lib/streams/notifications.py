@@ -225,18 +225,16 @@ def audience_keys(audience: Audience) -> tuple[AudienceKey, ...]:
     return tuple(dict.fromkeys(kind_keys(audience).values()))
 
 
-ReadKeyOf = Callable[[AudienceKey], Hashable]
-
-
-async def read_activity(audience: Audience, read_key_of: ReadKeyOf, window_s: float) -> dict[str, KindRead]:
+def start_activity_read(
+    audience: Audience, read_keys: dict[AudienceKey, Hashable], window_s: float
+) -> asyncio.Future[dict[str, KindRead]]:
     """Every kind this audience may see, read once per audience and change (or tick): the
     streams of one user share it whole, and each kind is shared wider (a tenant's alerts by all
-    its users) and read again only when its own audience changed (``read_key_of``)."""
-    kinds = kind_keys(audience)
-    by_key = {key: read_key_of(key) for key in audience_keys(audience)}
-    read_keys = {kind: by_key[key] for kind, key in kinds.items()}
-    return await shared_audience_reads.read(
-        (audience, *by_key.values()), lambda: _read_each_kind(audience, read_keys, window_s), window_s
+    its users) and read again only when its own audience changed (``read_keys``: the read key of
+    each of ``audience_keys``, ``ChangeWatch.read_keys``)."""
+    by_kind = {kind: read_keys[key] for kind, key in kind_keys(audience).items()}
+    return shared_audience_reads.start(
+        (audience, *read_keys.values()), lambda: _read_each_kind(audience, by_kind, window_s), window_s
     )
 
 
@@ -314,12 +312,16 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
     seen: dict[str, frozenset[str]] | None = None  # None: not connected yet
     cursor_at: datetime | None = None
     with ChangeWatch(timing, audience_keys(audience)).open() as watch:
-        while (read_key := await watch.next_read_before(deadline)) is not None:
+
+        def start_read() -> asyncio.Future[dict[str, KindRead]]:
+            return start_activity_read(audience, watch.read_keys(), watch.share_window_s())
+
+        while (read_key := await watch.next_read_before(deadline, (audience, start_read))) is not None:
             if read_key is KEEP_ALIVE:
                 yield KEEP_ALIVE_FRAME
                 continue
             try:
-                reads = await read_before(deadline, read_activity(audience, watch.read_key_of, watch.share_window_s()))
+                reads = await read_before(deadline, start_read())
             except StreamDeadlineReached:
                 return
             except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal
@@ -368,7 +370,7 @@ async def notification_events(request: Request) -> Response:
 async def notifications_snapshot(request: Request) -> Response:
     """What the polling fallback reads: the same items, with the same authorization."""
     audience = audience_for(require_session(request))
-    reads = await read_activity(audience, lambda _key: None, 0)  # window 0: a fresh read
+    reads = await start_activity_read(audience, dict.fromkeys(audience_keys(audience)), 0)  # window 0: a fresh read
     items = {kind: [event.payload for event in read.events] for kind, read in reads.items()}
     return JSONResponse(
         {

@@ -16,27 +16,35 @@ connected, not the connections.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Callable, Coroutine, Hashable
 from typing import Any
+
+Loader = Callable[[], Coroutine[Any, Any, Any]]
 
 
 class SharedReads:
     def __init__(self) -> None:
         self._entries: dict[Hashable, tuple[float, asyncio.Future[Any]]] = {}
 
-    def start(self, key: Hashable, loader: Callable[[], Awaitable[Any]], window_s: float) -> asyncio.Future[Any]:
+    def start(
+        self, key: Hashable, loader: Callable[[], Coroutine[Any, Any, Any]], window_s: float
+    ) -> asyncio.Future[Any]:
         now = time.monotonic()
         entry = self._entries.get(key)
         if entry is not None and now - entry[0] < window_s and entry[1].get_loop() is asyncio.get_running_loop():
             return entry[1]
         self._forget_expired(now, window_s)
-        future: asyncio.Future[Any] = asyncio.ensure_future(loader())
+        future = _start_at_once(loader())
         self._entries[key] = (now, future)
-        future.add_done_callback(lambda done: self._evict_if_failed(key, done))
+        if future.done():  # it failed (or finished) before its first wait
+            self._evict_if_failed(key, future)
+        else:
+            future.add_done_callback(lambda done: self._evict_if_failed(key, done))
         return future
 
-    async def read(self, key: Hashable, loader: Callable[[], Awaitable[Any]], window_s: float) -> Any:
+    async def read(self, key: Hashable, loader: Loader, window_s: float) -> Any:
         return await asyncio.shield(self.start(key, loader, window_s))
 
     def _evict_if_failed(self, key: Hashable, done: asyncio.Future[Any]) -> None:
@@ -49,3 +57,13 @@ class SharedReads:
         ]
         for key in expired:
             del self._entries[key]
+
+
+def _start_at_once(load: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
+    """``load`` as a task that runs now, up to its first wait (its query on the wire), instead
+    of behind every callback already queued: a change wakes hundreds of streams at once, and a
+    task started the usual way would send the one query they all wait for only after all of
+    them had taken their turn (measured: 30-50 ms of a burst's latency)."""
+    if sys.version_info >= (3, 12):
+        return asyncio.Task(load, loop=asyncio.get_running_loop(), eager_start=True)
+    return asyncio.ensure_future(load)

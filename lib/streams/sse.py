@@ -41,7 +41,7 @@ import contextlib
 import json
 import re
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -77,10 +77,14 @@ class StreamDeadlineReached(Exception):
     """The stream's self-close came while it was reading: close now."""
 
 
-async def read_before(deadline: Deadline, read: Awaitable[T]) -> T:
+async def read_before(deadline: Deadline, read: asyncio.Future[T]) -> T:
+    """The result of a shared read (``SharedReads.start``), or ``StreamDeadlineReached`` when the
+    deadline comes first — the read is abandoned, never cancelled: other streams share it."""
+    if read.done():  # shared and done: most streams of a change, woken after its read (read ahead)
+        return read.result()
     try:
         async with asyncio.timeout(deadline.remaining()):
-            return await read
+            return await asyncio.shield(read)
     except TimeoutError:
         if deadline.passed():
             raise StreamDeadlineReached from None

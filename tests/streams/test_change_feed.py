@@ -1,12 +1,13 @@
 """Change notifications from real Postgres: a change reaches an open stream long before its poll
-would have; a notification for tenant B never wakes tenant A; a burst of 1,000 inserts costs at
-most one read per audience per coalescing window; and the fallback — LISTEN unavailable, its
-backend killed, or Postgres itself restarted under an open stream — polls, is reported once, and
-returns to push."""
+would have; a notification for tenant B never wakes tenant A; a change starts the streams'
+shared read before it wakes them; a burst of 1,000 inserts costs at most one read per audience
+per coalescing window; and the fallback — LISTEN unavailable, its backend killed, or Postgres
+itself restarted under an open stream — polls, is reported once, and returns to push."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
@@ -30,6 +31,7 @@ from lib.streams.change_feed import (
     tick_phase,
 )
 from lib.streams.feed import feed_frames
+from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import StreamTiming
 from tests.support.auth import session_headers
 from tests.support.catalogs import add_draft
@@ -97,6 +99,40 @@ async def test_a_notification_for_tenant_b_never_wakes_tenant_a(db) -> None:
         await writer
     assert woken_b is not None  # pushed
     assert woken_a is None  # slept to its deadline: nothing for tenant A
+
+
+async def test_a_change_starts_the_shared_read_before_its_streams_wake(db) -> None:
+    await healthy_listener()
+    shared = SharedReads()
+    loads: list[str] = []
+
+    async def load() -> str:
+        loads.append("load")
+        await asyncio.sleep(0.05)
+        return "rows"
+
+    watches = [ChangeWatch(SLOW_POLL, (("drafts", "org_r"),)) for _ in range(3)]
+
+    def start_read(watch: ChangeWatch) -> asyncio.Future[str]:
+        return shared.start(("org_r", watch.current_key()), load, 30)
+
+    async def woken_with_read_done(watch: ChangeWatch) -> bool:
+        await watch.next_read_before(Deadline.after(5), (("org_r",), lambda: start_read(watch)))
+        return start_read(watch).done()  # what the stream reads first thing: ready, not started
+
+    async def write_soon() -> None:
+        await asyncio.sleep(0.2)
+        await add_draft(db, "org_r", "s1")
+
+    with contextlib.ExitStack() as stack:
+        for watch in watches:
+            stack.enter_context(watch.open())
+            watch.read_key()
+        writer = asyncio.create_task(write_soon())
+        ready_on_waking = await asyncio.gather(*(woken_with_read_done(watch) for watch in watches))
+        await writer
+    assert ready_on_waking == [True, True, True]
+    assert loads == ["load"]  # started once for the three
 
 
 async def test_a_burst_costs_at_most_one_read_per_audience_per_window(
