@@ -21,10 +21,11 @@ The model:
   Streams key their shared reads by those versions, so a burst costs one read per audience per
   window, and a lone change waits for nothing.
 - **Read ahead**: a change wakes the *reads* first, then the streams. A waiting stream names
-  its read (``ReadAhead``: a share key — the audience — and how to start the shared read); the
-  listener starts each distinct one once and wakes its streams when it is done, so they find it
-  ready. Woken first, a thousand streams would each take a turn before the one query they wait
-  for was even sent, and another to pick up its result — most of a burst's latency, measured.
+  its read (a share key — its audience — and how to start its shared read); the listener starts
+  each distinct one once and wakes its streams when it is done, handing them the read. Woken
+  first, a thousand streams would each take a turn before the one query they wait for was even
+  sent, and another to pick up its result — most of a burst's latency, measured. Streams with
+  the same share key watch the same keys, so the read started for one is the read of each.
 - **Keep-alive**: a stream's wait also returns ``KEEP_ALIVE`` every ``PING_SECONDS``; the stream
   sends a ``: ping`` comment, so proxies never see a silent connection and a gone client is
   noticed — the wait is the stream's only timer.
@@ -53,7 +54,7 @@ import uuid
 import zlib
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -73,9 +74,10 @@ HEALTH = ("listener", "health")  # what a stream that watches no key (polling) w
 KEEP_ALIVE = ("keep-alive",)  # what next_read_before returns when the stream should send a ping
 
 AudienceKey = tuple[str, str]
-# (share key, start): the read a change makes a stream do, started (not awaited) by ``start``
-# through the stream's ``SharedReads``; streams with the same share key share it.
-ReadAhead = tuple[Hashable, Callable[[], "asyncio.Future[Any]"]]
+T = TypeVar("T")
+StartRead = Callable[[], "asyncio.Future[T]"]  # starts (or joins) a stream's shared read, not awaited
+Started = tuple[Hashable, "asyncio.Future[Any]"]  # a read and the read key it was started under
+ReadAhead = tuple[Hashable, Callable[[], Started]]  # (share key, start): the read a change makes a stream do
 
 
 class ChangeListener:
@@ -87,8 +89,8 @@ class ChangeListener:
         self.generation = 0  # bumped on every change of a version or the health: read keys to recompute
         self.versions: dict[AudienceKey, int] = {}
         self._read_keys: dict[tuple[AudienceKey, ...], tuple[tuple[int, int], dict[AudienceKey, Hashable]]] = {}
-        self._waiters: dict[Hashable, set[asyncio.Future[None]]] = {}
-        self._read_aheads: dict[asyncio.Future[None], ReadAhead] = {}
+        self._waiters: dict[Hashable, set[asyncio.Future[Started | None]]] = {}
+        self._read_aheads: dict[asyncio.Future[Started | None], ReadAhead] = {}
         self._pending: set[AudienceKey] = set()
         self._woken_at: dict[AudienceKey, float] = {}
         self._watchers = 0
@@ -131,13 +133,15 @@ class ChangeListener:
         self._read_keys[keys] = (state, by_key)
         return by_key
 
-    async def wait(self, keys: tuple[AudienceKey, ...], timeout_s: float, read_ahead: ReadAhead | None) -> None:
-        """Until one of ``keys`` changes (and then ``read_ahead``, if any, is done), the
-        listener's health changes, or ``timeout_s``. One future and one timer per waiting
-        stream, no task: an idle stream costs next to nothing here, and a thousand woken at once
-        cost a thousand callbacks."""
+    async def wait(
+        self, keys: tuple[AudienceKey, ...], timeout_s: float, read_ahead: ReadAhead | None
+    ) -> Started | None:
+        """Until one of ``keys`` changes and then ``read_ahead`` (if any) is done — returned —, the
+        listener's health changes, or ``timeout_s`` (``None``). One future and one timer per
+        waiting stream, no task: an idle stream costs next to nothing here, and a thousand woken
+        at once cost a thousand callbacks."""
         loop = asyncio.get_running_loop()
-        woken: asyncio.Future[None] = loop.create_future()
+        woken: asyncio.Future[Started | None] = loop.create_future()
         watched = keys or (HEALTH,)  # a health change wakes every key: it need not be watched as well
         for key in watched:
             self._waiters.setdefault(key, set()).add(woken)
@@ -145,7 +149,7 @@ class ChangeListener:
             self._read_aheads[woken] = read_ahead
         timer = loop.call_later(max(0.0, timeout_s), _resolve, woken)
         try:
-            await woken
+            return await woken
         finally:
             timer.cancel()
             self._read_aheads.pop(woken, None)
@@ -169,10 +173,10 @@ class ChangeListener:
             _resolve(woken)
 
     def _read_ahead_then_wake(self, key: AudienceKey) -> None:
-        """Start each distinct read the watchers of ``key`` will do, and wake each watcher when
-        its read is done (at once for a watcher that named none, or whose read fails to start:
-        it reads for itself)."""
-        by_share_key: dict[Hashable, tuple[Callable[[], asyncio.Future[Any]], list[asyncio.Future[None]]]] = {}
+        """Start each distinct read the watchers of ``key`` will do, and wake each watcher with
+        its read when that is done (at once, with none, for a watcher that named none or whose
+        read fails to start: it reads for itself)."""
+        by_share_key: dict[Hashable, tuple[Callable[[], Started], list[asyncio.Future[Started | None]]]] = {}
         for woken in self._waiters.pop(key, ()):
             read_ahead = self._read_aheads.get(woken)
             if read_ahead is None:
@@ -181,13 +185,15 @@ class ChangeListener:
                 by_share_key.setdefault(read_ahead[0], (read_ahead[1], []))[1].append(woken)
         for start, streams in by_share_key.values():
             try:
-                read = start()
+                started: Started | None = start()
             except Exception:  # noqa: BLE001 - the streams read for themselves and report it
-                read = None
-            if read is None or read.done():
-                _resolve_all(streams)
+                started = None
+            if started is None or started[1].done():
+                _resolve_all(streams, started)
             else:
-                read.add_done_callback(lambda _read, streams=streams: _resolve_all(streams))
+                started[1].add_done_callback(
+                    lambda _read, streams=streams, started=started: _resolve_all(streams, started)
+                )
 
     # -- the connection's side --------------------------------------------------------------
 
@@ -275,14 +281,14 @@ def _tick(phase: float, interval_s: float) -> int:
     return math.floor(time.time() / interval_s - phase)
 
 
-def _resolve(woken: asyncio.Future[None]) -> None:
+def _resolve(woken: asyncio.Future[Started | None], started: Started | None = None) -> None:
     if not woken.done():
-        woken.set_result(None)
+        woken.set_result(started)
 
 
-def _resolve_all(streams: list[asyncio.Future[None]]) -> None:
+def _resolve_all(streams: list[asyncio.Future[Started | None]], started: Started | None) -> None:
     for woken in streams:
-        _resolve(woken)
+        _resolve(woken, started)
 
 
 _listeners: dict[asyncio.AbstractEventLoop, ChangeListener] = {}
@@ -354,16 +360,23 @@ class ChangeWatch:
         self._last = self.current_key()
         return self._last
 
-    async def next_read_before(self, deadline: Deadline, read_ahead: ReadAhead | None = None) -> Hashable | None:
+    async def next_read_before(
+        self, deadline: Deadline, share_key: Hashable, start_read: StartRead[T]
+    ) -> asyncio.Future[T] | tuple[str] | None:
         """Wait for a reason to read again — a change of the keys (push), the health of the
-        listener changing, or the next aligned tick — and return the read's key; ``KEEP_ALIVE``
-        when a ping is due first; ``None`` when the deadline (the stream's self-close) comes.
-        Before any read (no ``read_key()`` yet) there is nothing to wait for: the first call
-        returns at once. On a change, ``read_ahead`` is started before the stream wakes."""
+        listener changing, or the next aligned tick — and return the read to await: started by
+        ``start_read`` (which shares it under ``current_key()``), or, after a change, the one the
+        listener started ahead for every stream of ``share_key``. ``KEEP_ALIVE`` when a ping is
+        due first; ``None`` when the deadline (the stream's self-close) comes. Before any read
+        (no ``read_key()`` yet) there is nothing to wait for: the first call returns at once."""
+
+        def start_ahead() -> Started:
+            return self.current_key(), start_read()
+
         while True:
             if (key := self.current_key()) != self._last:
                 self._last = key
-                return key
+                return start_read()
             if deadline.passed() or self.listener.ending:
                 return None
             if (until_keep_alive := self._keep_alive_at - time.monotonic()) <= 0:
@@ -372,4 +385,9 @@ class ChangeWatch:
             interval = self._interval_s()
             until_tick = (_tick(self._phase, interval) + 1 + self._phase) * interval - time.time()
             keys = self.keys if self.listener.healthy else ()
-            await self.listener.wait(keys, min(until_tick, until_keep_alive, deadline.remaining()), read_ahead)
+            timeout = min(until_tick, until_keep_alive, deadline.remaining())
+            started = await self.listener.wait(keys, timeout, (share_key, start_ahead))
+            if started is not None and started[0] != self._last:
+                # The change's read; a later change (its key newer than this one) reads again.
+                self._last = started[0]
+                return started[1]

@@ -13,7 +13,7 @@ Self-closes after 240 s; the browser reconnects.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -62,18 +62,17 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
     last: dict | None = None
     with ChangeWatch(timing, (("drafts", normalize_tenant_id(tenant_scope_id)),)).open() as watch:
 
-        def start_read(read_key: Hashable) -> asyncio.Future[tuple[dict, bytes | None]]:
+        def start_read() -> asyncio.Future[tuple[dict, bytes | None]]:
             return shared_watermarks.start(
-                (tenant_scope_id, read_key), lambda: _read_and_frame(tenant_scope_id), watch.share_window_s()
+                (tenant_scope_id, watch.current_key()), lambda: _read_and_frame(tenant_scope_id), watch.share_window_s()
             )
 
-        read_ahead = (("feed", tenant_scope_id), lambda: start_read(watch.current_key()))
-        while (read_key := await watch.next_read_before(deadline, read_ahead)) is not None:
-            if read_key is KEEP_ALIVE:
+        while (read := await watch.next_read_before(deadline, ("feed", tenant_scope_id), start_read)) is not None:
+            if read is KEEP_ALIVE:
                 yield KEEP_ALIVE_FRAME
                 continue
             try:
-                watermark, frame = await read_before(deadline, start_read(read_key))
+                watermark, frame = await read_before(deadline, read)
             except StreamDeadlineReached:
                 return
             except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal

@@ -316,12 +316,12 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
         def start_read() -> asyncio.Future[dict[str, KindRead]]:
             return start_activity_read(audience, watch.read_keys(), watch.share_window_s())
 
-        while (read_key := await watch.next_read_before(deadline, (audience, start_read))) is not None:
-            if read_key is KEEP_ALIVE:
+        while (read := await watch.next_read_before(deadline, audience, start_read)) is not None:
+            if read is KEEP_ALIVE:
                 yield KEEP_ALIVE_FRAME
                 continue
             try:
-                reads = await read_before(deadline, start_read())
+                reads = await read_before(deadline, read)
             except StreamDeadlineReached:
                 return
             except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal

@@ -28,15 +28,14 @@ class SharedReads:
     def __init__(self) -> None:
         self._entries: dict[Hashable, tuple[float, asyncio.Future[Any]]] = {}
 
-    def start(
-        self, key: Hashable, loader: Callable[[], Coroutine[Any, Any, Any]], window_s: float
-    ) -> asyncio.Future[Any]:
+    def start(self, key: Hashable, loader: Loader, window_s: float) -> asyncio.Future[Any]:
         now = time.monotonic()
         entry = self._entries.get(key)
         if entry is not None and now - entry[0] < window_s and entry[1].get_loop() is asyncio.get_running_loop():
             return entry[1]
         self._forget_expired(now, window_s)
         future = _start_at_once(loader())
+        self._entries.pop(key, None)  # (re)inserted last: the entries stay in the order they started
         self._entries[key] = (now, future)
         if future.done():  # it failed (or finished) before its first wait
             self._evict_if_failed(key, future)
@@ -52,9 +51,13 @@ class SharedReads:
             del self._entries[key]
 
     def _forget_expired(self, now: float, window_s: float) -> None:
-        expired = [
-            key for key, (started, future) in self._entries.items() if future.done() and now - started >= window_s
-        ]
+        """Oldest first, up to the first still in its window (or in flight): a sweep costs what it
+        removes, not every entry — a change per second per audience keeps thousands."""
+        expired = []
+        for key, (started, future) in self._entries.items():
+            if now - started < window_s or not future.done():
+                break
+            expired.append(key)
         for key in expired:
             del self._entries[key]
 

@@ -16,7 +16,7 @@ Self-closes at 290 s, under the 300 s function cap.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -55,12 +55,6 @@ def _scope(session: Session) -> str | None:
     return None if can_review_all_tenants(session.platform_role) else session.tenant_scope_id or ""
 
 
-def _start_lookup(
-    story_id: str, scope: str | None, read_key: Hashable, window_s: float
-) -> asyncio.Future[dict[str, Any] | None]:
-    return shared_story_reads.start((scope, story_id, read_key), lambda: find_story_draft(story_id, scope), window_s)
-
-
 def _phase(draft: dict[str, Any]) -> dict[str, Any]:
     """The ``story.phase`` payload, through its contract."""
     return StoryPhase.model_validate(
@@ -87,16 +81,20 @@ async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) 
     audience = ("drafts", ANY if scope is None else normalize_tenant_id(scope))
     with ChangeWatch(timing, (audience,)).open() as watch:
         watch.read_key()  # the first phase was read by the request itself
-        read_ahead = (
-            ("story", scope, story_id),
-            lambda: _start_lookup(story_id, scope, watch.current_key(), watch.share_window_s()),
-        )
-        while (read_key := await watch.next_read_before(deadline, read_ahead)) is not None:
-            if read_key is KEEP_ALIVE:
+
+        def start_read() -> asyncio.Future[dict[str, Any] | None]:
+            return shared_story_reads.start(
+                (scope, story_id, watch.current_key()),
+                lambda: find_story_draft(story_id, scope),
+                watch.share_window_s(),
+            )
+
+        while (read := await watch.next_read_before(deadline, ("story", scope, story_id), start_read)) is not None:
+            if read is KEEP_ALIVE:
                 yield KEEP_ALIVE_FRAME
                 continue
             try:
-                draft = await read_before(deadline, _start_lookup(story_id, scope, read_key, watch.share_window_s()))
+                draft = await read_before(deadline, read)
             except StreamDeadlineReached:
                 return
             except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal

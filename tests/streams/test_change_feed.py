@@ -55,6 +55,17 @@ def feed_url(slow_polls) -> Iterator[str]:
         yield f"{url}/api/feed/events"
 
 
+def keyed_read(watch: ChangeWatch) -> Callable[[], asyncio.Future]:
+    """A stream's read that answers the key it was started under."""
+
+    def start() -> asyncio.Future:
+        read = asyncio.get_running_loop().create_future()
+        read.set_result(watch.current_key())
+        return read
+
+    return start
+
+
 async def healthy_listener() -> None:
     listener = change_listener()
     with ChangeWatch(SLOW_POLL, ()).open():
@@ -94,8 +105,8 @@ async def test_a_notification_for_tenant_b_never_wakes_tenant_a(db) -> None:
             await add_draft(db, " ORG_B ", "s1")  # compared trimmed and lower-cased, as the reads do
 
         writer = asyncio.create_task(write_for_b())
-        woken_b = await tenant_b.next_read_before(Deadline.after(5))
-        woken_a = await tenant_a.next_read_before(Deadline.after(1))
+        woken_b = await tenant_b.next_read_before(Deadline.after(5), "b", keyed_read(tenant_b))
+        woken_a = await tenant_a.next_read_before(Deadline.after(1), "a", keyed_read(tenant_a))
         await writer
     assert woken_b is not None  # pushed
     assert woken_a is None  # slept to its deadline: nothing for tenant A
@@ -117,8 +128,8 @@ async def test_a_change_starts_the_shared_read_before_its_streams_wake(db) -> No
         return shared.start(("org_r", watch.current_key()), load, 30)
 
     async def woken_with_read_done(watch: ChangeWatch) -> bool:
-        await watch.next_read_before(Deadline.after(5), (("org_r",), lambda: start_read(watch)))
-        return start_read(watch).done()  # what the stream reads first thing: ready, not started
+        read = await watch.next_read_before(Deadline.after(5), "org_r", lambda: start_read(watch))
+        return read.done()  # ready as the stream wakes, not started by it
 
     async def write_soon() -> None:
         await asyncio.sleep(0.2)
@@ -133,6 +144,34 @@ async def test_a_change_starts_the_shared_read_before_its_streams_wake(db) -> No
         await writer
     assert ready_on_waking == [True, True, True]
     assert loads == ["load"]  # started once for the three
+
+
+async def test_a_change_made_while_its_read_ahead_runs_is_read_again(db) -> None:
+    await healthy_listener()
+    shared = SharedReads()
+    watch = ChangeWatch(SLOW_POLL, (("drafts", "org_s"),))
+
+    async def slow_load() -> object:
+        await asyncio.sleep(0.3)  # the second change comes while this runs
+        return "first"
+
+    def start_read() -> asyncio.Future:
+        return shared.start(("org_s", watch.current_key()), slow_load, 30)
+
+    async def two_changes() -> None:
+        await asyncio.sleep(0.2)
+        await add_draft(db, "org_s", "s1")
+        await asyncio.sleep(0.1)
+        await add_draft(db, "org_s", "s2")
+
+    with watch.open():
+        watch.read_key()
+        writer = asyncio.create_task(two_changes())
+        first = await watch.next_read_before(Deadline.after(5), "org_s", start_read)
+        await writer
+        second = await watch.next_read_before(Deadline.after(1), "org_s", start_read)
+    assert await first == "first"
+    assert second is not None and second is not first  # the second change is not lost
 
 
 async def test_a_burst_costs_at_most_one_read_per_audience_per_window(
@@ -213,7 +252,7 @@ async def test_a_killed_listener_falls_back_to_polling_then_pushes_again(
         assert killed == [(True,)]
         assert await eventually(lambda: asyncio.sleep(0, result=not listener.healthy), timeout_s=10)
         assert watch.read_key()[0] == "poll"  # polling at the stream's own interval meanwhile
-        assert await watch.next_read_before(Deadline.after(2)) is not None  # the next poll tick
+        assert await watch.next_read_before(Deadline.after(2), "k", keyed_read(watch)) is not None  # the next poll tick
 
         assert await eventually(lambda: asyncio.sleep(0, result=listener.healthy), timeout_s=15)  # reconnected
         watch.read_key()
@@ -223,9 +262,9 @@ async def test_a_killed_listener_falls_back_to_polling_then_pushes_again(
             await add_draft(db, "org_k", "s1")
 
         writer = asyncio.create_task(write_soon())
-        pushed = await watch.next_read_before(Deadline.after(5))
+        pushed = await watch.next_read_before(Deadline.after(5), "k", keyed_read(watch))
         await writer
-    assert pushed is not None and pushed[0] == "push"
+    assert pushed is not None and (await pushed)[0] == "push"
     reports = [line for line in capsys.readouterr().err.splitlines() if '"context": "streams:listen"' in line]
     assert len(reports) == 1  # one outage, one report
 
@@ -287,8 +326,8 @@ async def test_postgres_restarted_under_an_open_stream_it_polls_then_pushes_agai
             assert await eventually(lambda: asyncio.sleep(0, result=listener.healthy), timeout_s=20)  # reconnected
             watch.read_key()
             await write_draft("s3")
-            pushed = await watch.next_read_before(Deadline.after(5))
-            assert pushed is not None and pushed[0] == "push"
+            pushed = await watch.next_read_before(Deadline.after(5), "k", keyed_read(watch))
+            assert pushed is not None and (await pushed)[0] == "push"
             assert await eventually(lambda: seen(3), timeout_s=5)
             assert not stream.done()
     finally:

@@ -39,3 +39,17 @@ async def test_a_read_that_fails_before_its_first_wait_is_not_shared() -> None:
         with pytest.raises(RuntimeError):
             await shared.start("tenant", failing, 5)
     assert calls == ["load", "load"]
+
+
+async def test_reads_past_their_window_are_forgotten_oldest_first() -> None:
+    shared = SharedReads()
+
+    async def load() -> str:
+        return "rows"
+
+    for key in ("a", "b", "c"):
+        await shared.start(key, load, 0.05)
+    await asyncio.sleep(0.06)
+    await shared.start("a", load, 0.05)  # read again: now the newest
+    await shared.start("d", load, 0.05)  # sweeps b and c, keeps the new a
+    assert list(shared._entries) == ["a", "d"]
