@@ -1,8 +1,8 @@
 """Change notifications: streams woken by Postgres instead of waiting for their next poll (issue 13).
 
-Triggers on the tables the streams read (migration 0010) ``pg_notify('ermis_changes',
-'<kind>|<value>')`` — which audience changed, never the row: ``activity|<tenant>`` (alerts,
-failed deliveries), ``review|<tenant>``, ``drafts|<tenant>``, ``user|<user id>``.
+Triggers on the tables the streams read (migrations 0010, 0011) ``pg_notify('ermis_changes',
+'<kind>|<value>')`` — which audience changed, never the row: ``alerts|<tenant>``,
+``deliveries|<tenant>`` (failed ones only), ``review|<tenant>``, ``drafts|<tenant>``, ``user|<user id>``.
 
 The model:
 
@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import math
 import time
 import uuid
@@ -72,6 +73,8 @@ RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 ANY = "*"
 HEALTH = ("listener", "health")  # what a stream that watches no key (polling) waits on
 KEEP_ALIVE = ("keep-alive",)  # what next_read_before returns when the stream should send a ping
+TIMER_SLACK_S = 0.005  # a stream's timer is moved only when its time moves by more than this
+_NO_CONTEXT = contextvars.Context()  # timers that read no context variable need no copy of it
 
 AudienceKey = tuple[str, str]
 T = TypeVar("T")
@@ -133,32 +136,26 @@ class ChangeListener:
         self._read_keys[keys] = (state, by_key)
         return by_key
 
-    async def wait(
-        self, keys: tuple[AudienceKey, ...], timeout_s: float, read_ahead: ReadAhead | None
-    ) -> Started | None:
-        """Until one of ``keys`` changes and then ``read_ahead`` (if any) is done — returned —, the
-        listener's health changes, or ``timeout_s`` (``None``). One future and one timer per
-        waiting stream, no task: an idle stream costs next to nothing here, and a thousand woken
-        at once cost a thousand callbacks."""
-        loop = asyncio.get_running_loop()
-        woken: asyncio.Future[Started | None] = loop.create_future()
-        watched = keys or (HEALTH,)  # a health change wakes every key: it need not be watched as well
-        for key in watched:
+    def waiter(self, keys: tuple[AudienceKey, ...], read_ahead: ReadAhead | None) -> asyncio.Future[Started | None]:
+        """A future resolved when one of ``keys`` changes — with ``read_ahead``'s read (if any),
+        once it is done — or the listener's health changes; ``forget`` it when done with it. A
+        future per waiting stream, no task and no coroutine: an idle stream costs next to
+        nothing here, and a thousand woken at once cost a thousand callbacks."""
+        woken: asyncio.Future[Started | None] = asyncio.get_running_loop().create_future()
+        for key in keys or (HEALTH,):  # a health change wakes every key: it need not be watched as well
             self._waiters.setdefault(key, set()).add(woken)
         if read_ahead is not None:
             self._read_aheads[woken] = read_ahead
-        timer = loop.call_later(max(0.0, timeout_s), _resolve, woken)
-        try:
-            return await woken
-        finally:
-            timer.cancel()
-            self._read_aheads.pop(woken, None)
-            for key in watched:
-                waiting = self._waiters.get(key)
-                if waiting is not None:
-                    waiting.discard(woken)
-                    if not waiting:
-                        del self._waiters[key]
+        return woken
+
+    def forget(self, woken: asyncio.Future[Started | None], keys: tuple[AudienceKey, ...]) -> None:
+        self._read_aheads.pop(woken, None)
+        for key in keys or (HEALTH,):
+            waiting = self._waiters.get(key)
+            if waiting is not None:
+                waiting.discard(woken)
+                if not waiting:
+                    del self._waiters[key]
 
     def end_streams(self) -> None:
         self.ending = True
@@ -329,11 +326,33 @@ class ChangeWatch:
         self._last: Hashable | None = None
         self._keep_alive_at = time.monotonic() + PING_SECONDS
         self._phase = tick_phase(keys)
+        self._read_ahead: ReadAhead | None = None
+        self._read_ahead_of: StartRead[Any] | None = None
+        self._woken: asyncio.Future[Started | None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     @contextmanager
     def open(self) -> Iterator[ChangeWatch]:
         with self.listener.watching():
-            yield self
+            try:
+                yield self
+            finally:
+                if self._timer is not None:
+                    self._timer.cancel()
+
+    def _wake_at(self, at: float) -> None:
+        """The stream's one timer, moved only when its time moves: a pushed wake leaves it set,
+        so a change costs no new timer (and no new objects for the collector to scan) per stream."""
+        if self._timer is not None and abs(self._timer.when() - at) < TIMER_SLACK_S:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_at(at, self._time_up, context=_NO_CONTEXT)
+
+    def _time_up(self) -> None:
+        self._timer = None
+        if self._woken is not None:
+            _resolve(self._woken)
 
     def _interval_s(self) -> float:
         return get_settings().ermis_sse_safety_poll_s if self.listener.healthy else self.timing.poll_interval_s
@@ -370,9 +389,13 @@ class ChangeWatch:
         due first; ``None`` when the deadline (the stream's self-close) comes. Before any read
         (no ``read_key()`` yet) there is nothing to wait for: the first call returns at once."""
 
-        def start_ahead() -> Started:
-            return self.current_key(), start_read()
+        if start_read is not self._read_ahead_of:  # made once per stream, not per wait
 
+            def start_ahead() -> Started:
+                return self.current_key(), start_read()
+
+            self._read_ahead, self._read_ahead_of = (share_key, start_ahead), start_read
+        loop = asyncio.get_running_loop()
         while True:
             if (key := self.current_key()) != self._last:
                 self._last = key
@@ -385,8 +408,12 @@ class ChangeWatch:
             interval = self._interval_s()
             until_tick = (_tick(self._phase, interval) + 1 + self._phase) * interval - time.time()
             keys = self.keys if self.listener.healthy else ()
-            timeout = min(until_tick, until_keep_alive, deadline.remaining())
-            started = await self.listener.wait(keys, timeout, (share_key, start_ahead))
+            self._wake_at(loop.time() + max(0.0, min(until_tick, until_keep_alive, deadline.remaining())))
+            self._woken = woken = self.listener.waiter(keys, self._read_ahead)
+            try:
+                started = await woken
+            finally:
+                self.listener.forget(woken, keys)
             if started is not None and started[0] != self._last:
                 # The change's read; a later change (its key newer than this one) reads again.
                 self._last = started[0]

@@ -64,7 +64,7 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
 
         def start_read() -> asyncio.Future[tuple[dict, bytes | None]]:
             return shared_watermarks.start(
-                (tenant_scope_id, watch.current_key()), lambda: _read_and_frame(tenant_scope_id), watch.share_window_s()
+                tenant_scope_id, lambda: _read_and_frame(tenant_scope_id), watch.share_window_s(), watch.current_key()
             )
 
         while (read := await watch.next_read_before(deadline, ("feed", tenant_scope_id), start_read)) is not None:

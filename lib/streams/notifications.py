@@ -171,38 +171,61 @@ KINDS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], type[BaseMode
 REPLAYED_KINDS = ("alert.triggered", "review.status.changed", "delivery.failed")
 
 
-def to_events(kind: str, rows: list[dict[str, Any]], initial: bool) -> list[Event]:
+def to_event(kind: str, row: dict[str, Any], initial: bool) -> Event | None:
+    """``row`` as an event of ``kind``, through its contract; ``None`` (reported) if it breaks it."""
     shape, contract = KINDS[kind]
-    events = []
-    for row in rows:
-        try:
-            payload = contract.model_validate({**shape(row), "initial": initial}).model_dump()
-        except ValidationError as error:
-            log_server_error(
-                "/api/notifications/events",
-                f"dropped a {kind} row that breaks its contract",
-                row=row["id"],
-                problems=str(error.error_count()),
-            )
-            continue
-        events.append(Event(kind, str(row["id"]), row["at"], payload))
-    return events
+    try:
+        payload = contract.model_validate({**shape(row), "initial": initial}).model_dump()
+    except ValidationError as error:
+        log_server_error(
+            "/api/notifications/events",
+            f"dropped a {kind} row that breaks its contract",
+            row=row["id"],
+            problems=str(error.error_count()),
+        )
+        return None
+    return Event(kind, str(row["id"]), row["at"], payload)
 
 
 class KindRead:
-    """One shared read of one kind for one audience, shaped once for every stream sharing it."""
+    """One shared read of one kind for one audience, shaped once for every stream sharing it.
 
-    def __init__(self, kind: str, rows: list[dict[str, Any]]) -> None:
+    It builds on the read it supersedes (``previous``): rows that are unchanged keep their
+    events (one contract check per new row, not per row read), and what is new since then is
+    worked out once (``new_events``) — so a stream that saw the previous read finds its frames
+    without looking at the fifty rows it has already seen. Only the previous ids are kept, never
+    the previous read: reads do not chain."""
+
+    def __init__(self, kind: str, rows: list[dict[str, Any]], previous: KindRead | None = None) -> None:
         self.kind, self.rows = kind, rows
-        self.events = to_events(kind, rows, initial=False)
-        self.ids = frozenset(str(row["id"]) for row in rows)
+        known = previous._shaped if previous is not None else {}
+        self._shaped: dict[str, tuple[dict[str, Any], Event | None]] = {}
+        for row in rows:
+            row_id = str(row["id"])
+            shaped = known.get(row_id)
+            self._shaped[row_id] = (
+                shaped if shaped is not None and shaped[0] == row else (row, to_event(kind, row, False))
+            )
+        self.events = [event for _, event in self._shaped.values() if event is not None]
+        self.ids = frozenset(self._shaped)
+        self.previous_ids = previous.ids if previous is not None else None
+        self.new_events = self.events if previous is None else [e for e in self.events if e.row_id not in previous.ids]
         self.newest = max((row["at"] for row in rows), default=None)
         self._replay: list[Event] | None = None
+
+    def unseen(self, seen: frozenset[str]) -> list[Event]:
+        """The events of rows not in ``seen`` — the ids of a read this stream had."""
+        if seen is self.ids:
+            return []
+        if seen is self.previous_ids:
+            return self.new_events
+        return [event for event in self.events if event.row_id not in seen]
 
     def replay(self) -> list[Event]:
         """The connect replay (``initial: true``), built by the first stream that connects."""
         if self._replay is None:
-            self._replay = to_events(self.kind, self.rows[:REPLAY_LIMIT], initial=True)
+            replay = (to_event(self.kind, row, True) for row in self.rows[:REPLAY_LIMIT])
+            self._replay = [event for event in replay if event is not None]
         return self._replay
 
 
@@ -210,8 +233,8 @@ class KindRead:
 def kind_keys(audience: Audience) -> dict[str, AudienceKey]:
     """The change notification each kind's read depends on (``change_feed``); the same (shared,
     not to be changed) dict for every stream of an audience."""
-    tenant_activity = ("activity", normalize_tenant_id(audience.tenant))
-    keys = {"alert.triggered": tenant_activity, "delivery.failed": tenant_activity}
+    tenant = normalize_tenant_id(audience.tenant)
+    keys = {"alert.triggered": ("alerts", tenant), "delivery.failed": ("deliveries", tenant)}
     keys["notification.created"] = ("user", audience.user_id)
     if audience.review_scope is not None:
         review = ANY if audience.review_scope == activity.ALL_TENANTS else normalize_tenant_id(audience.review_scope)
@@ -234,7 +257,7 @@ def start_activity_read(
     each of ``audience_keys``, ``ChangeWatch.read_keys``)."""
     by_kind = {kind: read_keys[key] for kind, key in kind_keys(audience).items()}
     return shared_audience_reads.start(
-        (audience, *read_keys.values()), lambda: _read_each_kind(audience, by_kind, window_s), window_s
+        audience, lambda: _read_each_kind(audience, by_kind, window_s), window_s, tuple(read_keys.values())
     )
 
 
@@ -242,10 +265,12 @@ async def _read_each_kind(audience: Audience, read_keys: dict[str, Hashable], wi
     def shared(
         kind: str, key: tuple[str, str], load: Callable[[], Awaitable[list[dict[str, Any]]]]
     ) -> asyncio.Future[KindRead]:
-        async def load_and_shape() -> KindRead:
-            return KindRead(kind, await load())
+        previous = shared_activity_reads.latest(key)  # what a new read builds on
 
-        return shared_activity_reads.start((*key, read_keys[kind]), load_and_shape, window_s)
+        async def load_and_shape() -> KindRead:
+            return KindRead(kind, await load(), previous)
+
+        return shared_activity_reads.start(key, load_and_shape, window_s, read_keys[kind])
 
     reads = {
         "alert.triggered": shared(
@@ -350,7 +375,7 @@ def _outgoing(
         return [event for kind in REPLAYED_KINDS if kind in reads for event in reads[kind].replay()]
     if seen is None:
         return [event for read in reads.values() for event in read.events if event.at > resume_from]
-    return [event for kind, read in reads.items() for event in read.events if event.row_id not in seen.get(kind, ())]
+    return [event for kind, read in reads.items() for event in read.unseen(seen.get(kind, frozenset()))]
 
 
 async def notification_events(request: Request) -> Response:

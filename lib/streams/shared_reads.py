@@ -1,12 +1,17 @@
 """Coalesced reads: N connections asking for the same thing within a window cost one query.
 
-``SharedReads().start(key, loader, window_s)`` returns the in-flight or recent read of ``key``
-(an ``asyncio.Future``) if it started less than ``window_s`` ago, otherwise starts ``loader()``;
-``read`` awaits it. A stream that needs several reads starts them all, then awaits each: the
-loads run together, and a thousand waiting streams cost a thousand callbacks, not a thousand
-tasks. Waiting is shielded, so a stream that goes away never cancels a read others share. A
-failed read is evicted at once, so an error never sticks for a window. Streams key their reads
-by the change they answer (``change_feed``) or by poll tick, with a window just under the poll
+``SharedReads().start(key, loader, window_s, version)`` returns the in-flight or recent read of
+``key`` (an ``asyncio.Future``) if it is of the same ``version`` and started less than
+``window_s`` ago, otherwise starts ``loader()``; ``read`` awaits it. The key names what is read
+(a tenant's alerts, a user's audience), the version which state of it (the change or poll tick
+it answers): one read is kept per key, the latest, so a superseded result is freed as soon as
+the next one starts — with a change a second and a 52-second window, each audience would
+otherwise hold fifty results, every one of them scanned by the garbage collector's passes.
+
+A stream that needs several reads starts them all, then awaits each: the loads run together,
+and a thousand waiting streams cost a thousand callbacks, not a thousand tasks. Waiting is
+shielded, so a stream that goes away never cancels a read others share. A failed read is
+evicted at once, so an error never sticks for a window. The window is just under the poll
 interval, so each change or poll window costs one query per key. The spec coalesces only the
 feed watermark (3.5 s under a 4 s poll); here every stream read goes through one of these,
 keyed by tenant or user, so an instance's database load follows the tenants and users
@@ -26,35 +31,48 @@ Loader = Callable[[], Coroutine[Any, Any, Any]]
 
 class SharedReads:
     def __init__(self) -> None:
-        self._entries: dict[Hashable, tuple[float, asyncio.Future[Any]]] = {}
+        self._entries: dict[Hashable, tuple[Hashable, float, asyncio.Future[Any]]] = {}
 
-    def start(self, key: Hashable, loader: Loader, window_s: float) -> asyncio.Future[Any]:
+    def start(self, key: Hashable, loader: Loader, window_s: float, version: Hashable = None) -> asyncio.Future[Any]:
         now = time.monotonic()
         entry = self._entries.get(key)
-        if entry is not None and now - entry[0] < window_s and entry[1].get_loop() is asyncio.get_running_loop():
-            return entry[1]
+        if (
+            entry is not None
+            and entry[0] == version
+            and now - entry[1] < window_s
+            and entry[2].get_loop() is asyncio.get_running_loop()
+        ):
+            return entry[2]
         self._forget_expired(now, window_s)
         future = _start_at_once(loader())
         self._entries.pop(key, None)  # (re)inserted last: the entries stay in the order they started
-        self._entries[key] = (now, future)
+        self._entries[key] = (version, now, future)
         if future.done():  # it failed (or finished) before its first wait
             self._evict_if_failed(key, future)
         else:
             future.add_done_callback(lambda done: self._evict_if_failed(key, done))
         return future
 
-    async def read(self, key: Hashable, loader: Loader, window_s: float) -> Any:
-        return await asyncio.shield(self.start(key, loader, window_s))
+    def latest(self, key: Hashable) -> Any:
+        """The result of the newest read of ``key`` if it is done and did not fail, else ``None``:
+        what a new read of it may build on."""
+        entry = self._entries.get(key)
+        if entry is None or not entry[2].done() or entry[2].cancelled() or entry[2].exception() is not None:
+            return None
+        return entry[2].result()
+
+    async def read(self, key: Hashable, loader: Loader, window_s: float, version: Hashable = None) -> Any:
+        return await asyncio.shield(self.start(key, loader, window_s, version))
 
     def _evict_if_failed(self, key: Hashable, done: asyncio.Future[Any]) -> None:
-        if (done.cancelled() or done.exception() is not None) and self._entries.get(key, (0, None))[1] is done:
+        if (done.cancelled() or done.exception() is not None) and self._entries.get(key, (None, 0, None))[2] is done:
             del self._entries[key]
 
     def _forget_expired(self, now: float, window_s: float) -> None:
         """Oldest first, up to the first still in its window (or in flight): a sweep costs what it
-        removes, not every entry — a change per second per audience keeps thousands."""
+        removes, not every entry."""
         expired = []
-        for key, (started, future) in self._entries.items():
+        for key, (_version, started, future) in self._entries.items():
             if now - started < window_s or not future.done():
                 break
             expired.append(key)

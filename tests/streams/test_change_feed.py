@@ -125,7 +125,7 @@ async def test_a_change_starts_the_shared_read_before_its_streams_wake(db) -> No
     watches = [ChangeWatch(SLOW_POLL, (("drafts", "org_r"),)) for _ in range(3)]
 
     def start_read(watch: ChangeWatch) -> asyncio.Future[str]:
-        return shared.start(("org_r", watch.current_key()), load, 30)
+        return shared.start("org_r", load, 30, watch.current_key())
 
     async def woken_with_read_done(watch: ChangeWatch) -> bool:
         read = await watch.next_read_before(Deadline.after(5), "org_r", lambda: start_read(watch))
@@ -156,7 +156,7 @@ async def test_a_change_made_while_its_read_ahead_runs_is_read_again(db) -> None
         return "first"
 
     def start_read() -> asyncio.Future:
-        return shared.start(("org_s", watch.current_key()), slow_load, 30)
+        return shared.start("org_s", slow_load, 30, watch.current_key())
 
     async def two_changes() -> None:
         await asyncio.sleep(0.2)
@@ -172,6 +172,28 @@ async def test_a_change_made_while_its_read_ahead_runs_is_read_again(db) -> None
         second = await watch.next_read_before(Deadline.after(1), "org_s", start_read)
     assert await first == "first"
     assert second is not None and second is not first  # the second change is not lost
+
+
+async def test_only_a_failed_delivery_wakes_the_deliveries_of_its_tenant(db) -> None:
+    await healthy_listener()
+    deliveries = ChangeWatch(SLOW_POLL, (("deliveries", "org_d"),))
+    alerts = ChangeWatch(SLOW_POLL, (("alerts", "org_d"),))
+
+    async def deliver(log_id: str, status: str) -> None:
+        await db.execute(
+            "INSERT INTO delivery_logs (id, delivery_id, tenant_scope_id, method, response_code, endpoint, status)"
+            " VALUES (%s, 'd', 'org_d', 'webhook', 200, 'https://hook', %s)",
+            (log_id, status),
+        )
+
+    with deliveries.open(), alerts.open():
+        deliveries.read_key()
+        alerts.read_key()
+        await deliver("ok-1", "delivered")  # a busy webhook's successes wake nobody
+        assert await deliveries.next_read_before(Deadline.after(1), "d", keyed_read(deliveries)) is None
+        await deliver("failed-1", "failed")
+        assert await deliveries.next_read_before(Deadline.after(5), "d", keyed_read(deliveries)) is not None
+        assert await alerts.next_read_before(Deadline.after(1), "a", keyed_read(alerts)) is None  # not an alert
 
 
 async def test_a_burst_costs_at_most_one_read_per_audience_per_window(
@@ -339,9 +361,9 @@ async def test_postgres_restarted_under_an_open_stream_it_polls_then_pushes_agai
 def test_ticks_are_shared_within_a_tenant_and_spread_across_tenants() -> None:
     # Every stream of a tenant — whoever its user, whatever else it watches — ticks together
     # with the others (they share reads)...
-    same_tenant = [(("activity", "org_a"), ("user", f"user_{n}"), ("review", "org_a")) for n in range(5)]
-    assert {tick_phase(keys) for keys in same_tenant} == {tick_phase((("activity", "org_a"),))}
+    same_tenant = [(("alerts", "org_a"), ("user", f"user_{n}"), ("review", "org_a")) for n in range(5)]
+    assert {tick_phase(keys) for keys in same_tenant} == {tick_phase((("alerts", "org_a"),))}
     # ...and the tenants' ticks fall all over the interval, not all at the top of the minute.
-    phases = sorted(tick_phase((("activity", f"org_{n}"),)) for n in range(100))
+    phases = sorted(tick_phase((("alerts", f"org_{n}"),)) for n in range(100))
     assert phases[0] < 0.1 and phases[-1] > 0.9
     assert max(b - a for a, b in itertools.pairwise(phases)) < 0.2

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from urllib.parse import quote
 
 import psycopg
 import pytest
 
 from lib.platform.flags import set_feature_flag
+from lib.streams.notifications import KindRead
 from tests.support.auth import session_headers
 from tests.support.functions import client_for, load_api_app
 from tests.support.servers import serve_in_thread
@@ -237,3 +239,29 @@ async def test_a_tick_without_the_database_is_skipped_and_the_stream_goes_on(
     assert [item["id"] for item in capture.events("alert.triggered")] == ["after-outage"]
     assert not capture.closed_by_server
     assert '"context": "/api/notifications/events"' in capfd.readouterr().err  # the failed tick was reported
+
+
+def alert_row(row_id: str, minute: int, title: str = "Alert") -> dict:
+    return {
+        "id": row_id,
+        "rule_id": "r",
+        "story_id": f"story-{row_id}",
+        "title": title,
+        "severity": "warning",
+        "channel": "in-app",
+        "at": datetime(2026, 12, 3, 12, minute, tzinfo=UTC),
+    }
+
+
+def test_a_read_builds_on_the_one_it_supersedes() -> None:
+    first = KindRead("alert.triggered", [alert_row("a2", 2), alert_row("a1", 1)])
+    second = KindRead(
+        "alert.triggered", [alert_row("a3", 3), alert_row("a2", 2, title="Edited"), alert_row("a1", 1)], first
+    )
+    events = {event.row_id: event for event in second.events}
+    assert events["a1"] is first.events[1]  # unchanged: shaped once
+    assert events["a2"].payload["title"] == "Edited"  # changed: shaped again
+    assert [event.row_id for event in second.new_events] == ["a3"]
+    assert second.unseen(first.ids) is second.new_events  # a stream that saw the read before
+    assert second.unseen(second.ids) == []
+    assert [event.row_id for event in second.unseen(frozenset({"a1"}))] == ["a3", "a2"]  # one that fell behind

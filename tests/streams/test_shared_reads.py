@@ -53,3 +53,21 @@ async def test_reads_past_their_window_are_forgotten_oldest_first() -> None:
     await shared.start("a", load, 0.05)  # read again: now the newest
     await shared.start("d", load, 0.05)  # sweeps b and c, keeps the new a
     assert list(shared._entries) == ["a", "d"]
+
+
+async def test_a_new_version_replaces_the_read_of_its_key() -> None:
+    shared = SharedReads()
+    versions: list[int] = []
+
+    def load(version: int):
+        async def read() -> int:
+            versions.append(version)
+            return version
+
+        return read
+
+    first = shared.start("tenant", load(1), 60, version=1)
+    assert shared.start("tenant", load(1), 60, version=1) is first  # the same version is shared
+    second = shared.start("tenant", load(2), 60, version=2)
+    assert await second == 2 and versions == [1, 2]
+    assert [entry[2] for entry in shared._entries.values()] == [second]  # the superseded one let go
