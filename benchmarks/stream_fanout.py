@@ -7,11 +7,14 @@ The server (``VercelRouter`` over ``api/``) runs in this process on a thread; th
 a child process, so this process's resident memory is the server's. Per design: database
 statements per minute while nothing changes and while one alert per tenant per second arrives
 (psycopg's ``execute`` counted), insert → frame latency at every connection of the tenant (p50,
-p99), and resident memory per idle stream. ``--moonshot`` holds 10,000 idle streams (pushed) and
+p99), and resident memory per idle stream. The changes arrive two ways, a minute each:
+*lockstep* — every tenant's alert in the same instant, once a second, so each change lands
+behind the other nine tenants' fan-out (the worst case for one process) — and *independent* —
+each tenant on its own clock, one alert a second at a random moment in it, as tenants are. ``--moonshot`` holds 10,000 idle streams (pushed) and
 reports the same memory and idle figures. Targets (issue 13): p99 ≤ 100 ms at 1,000 streams,
 idle statements at least 10 times fewer than polling, ≤ 32 KB per idle stream, 10,000 idle streams held.
 
-Run: ``.venv/bin/python -m benchmarks.stream_fanout`` (about five minutes), and
+Run: ``.venv/bin/python -m benchmarks.stream_fanout`` (about seven minutes), and
 ``.venv/bin/python -m benchmarks.stream_fanout --moonshot``.
 """
 
@@ -54,8 +57,8 @@ CLIENT = textwrap.dedent(
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     host, port, seconds, batch = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
     streams = json.loads(sys.stdin.readline())
-    latencies, ended = [], 0
-    LIVE_BENCH_ALERT = re.compile(rb'"title":"bench:([0-9.]+)"[^\\n]*"initial":false')
+    latencies, ended = {}, 0
+    LIVE_BENCH_ALERT = re.compile(rb'"title":"bench:([a-z]+):([0-9.]+)"[^\\n]*"initial":false')
 
     async def stream(path, token, ready):
         # A bare HTTP/1.1 reader, not httpx: the clients share the server's two cores, and
@@ -69,8 +72,8 @@ CLIENT = textwrap.dedent(
         ready.set_result(None)
         while chunk := await reader.read(65536):
             received = time.time()
-            for sent in LIVE_BENCH_ALERT.findall(chunk):
-                latencies.append(received - float(sent))
+            for arrivals, sent in LIVE_BENCH_ALERT.findall(chunk):
+                latencies.setdefault(arrivals.decode(), []).append(received - float(sent))
         ended += 1  # the server closed it before the run was over
 
     async def main():
@@ -98,19 +101,25 @@ WRITER = textwrap.dedent(
     import random, sys, time
     import psycopg
 
-    database_url, seconds, tenants = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    database_url, seconds, tenants, arrivals = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     with psycopg.connect(database_url, autocommit=True) as conn:
+        start = time.monotonic()
         for second in range(seconds):
-            for tenant in range(tenants):
-                alert_id = f"bench-{second}-{tenant}"
+            if arrivals == "lockstep":  # every tenant at once, then a pause of about a second
+                offsets = [0.0] * tenants
+            else:  # each tenant on its own clock: one change a second, at its own moment in it
+                offsets = [random.random() for _ in range(tenants)]
+            for offset, tenant in sorted(zip(offsets, range(tenants))):
+                time.sleep(max(0.0, start + second + offset - time.monotonic()))
+                alert_id = f"bench-{arrivals}-{second}-{tenant}"
                 conn.execute(
                     "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
                     " VALUES (%s, %s, 'r', %s, %s, 'info', 'in-app')",
-                    (alert_id, f"org_{tenant}", alert_id, f"bench:{time.time()}"),
+                    (alert_id, f"org_{tenant}", alert_id, f"bench:{arrivals}:{time.time()}"),
                 )
-            time.sleep(random.uniform(0.8, 1.2))  # about one change per tenant per second
     """
 )
+ARRIVALS = ("lockstep", "independent")
 
 
 def tokens(private_pem: str, connections: int) -> list[tuple[str, str]]:
@@ -137,7 +146,7 @@ def run_design(
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {STREAM_TABLES}")
     server_process = psutil.Process()
-    seconds = SETTLE_S + IDLE_S + (ACTIVE_S + 3 if active else 0)
+    seconds = SETTLE_S + IDLE_S + (len(ARRIVALS) * (ACTIVE_S + 2) + 3 if active else 0)
     with serve_in_thread(VercelRouter(PROJECT_ROOT), tune_collector=True) as base_url:  # as scripts/serve
         host, port = base_url.removeprefix("http://").split(":")
         child = subprocess.Popen(
@@ -161,31 +170,35 @@ def run_design(
             statements.clear()
             time.sleep(IDLE_S)
             idle_per_minute = statements["all"] * 60 / IDLE_S
-            active_per_minute = None
-            if active:
+            active_per_minute = {}
+            for arrivals in ARRIVALS if active else ():
                 statements.clear()
                 # The writer is a process of its own, as in production (a cron, a consumer): in
                 # this one it would take the server thread's interpreter lock to write.
                 subprocess.run(
-                    [sys.executable, "-c", WRITER, database_url, str(ACTIVE_S), str(TENANTS)],
+                    [sys.executable, "-c", WRITER, database_url, str(ACTIVE_S), str(TENANTS), arrivals],
                     check=True,
                     env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
                 )
-                active_per_minute = statements["all"] * 60 / ACTIVE_S
+                active_per_minute[arrivals] = statements["all"] * 60 / ACTIVE_S
+                time.sleep(2)  # the last change's frames
             client_result = json.loads(child.stdout.readline().split(" ", 1)[1])
-            latencies = client_result["latencies"]
         finally:
             child.wait(timeout=120)
-    latencies.sort()
-    return {
+    result = {
         "idle_statements_per_minute": idle_per_minute,
-        "active_statements_per_minute": active_per_minute,
-        "p50_ms": 1000 * statistics.median(latencies) if latencies else None,
-        "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
-        "deliveries": len(latencies),
         "streams_open_at_end": connections - client_result["ended"],
         "kb_per_stream": (rss_open - rss_first) / 1024 / (connections - CONNECT_BATCH),
     }
+    for arrivals, per_minute in active_per_minute.items():
+        latencies = sorted(client_result["latencies"].get(arrivals, []))
+        result[arrivals] = {
+            "statements_per_minute": per_minute,
+            "p50_ms": 1000 * statistics.median(latencies) if latencies else None,
+            "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
+            "deliveries": len(latencies),
+        }
+    return result
 
 
 def main() -> None:

@@ -327,7 +327,7 @@ class ChangeWatch:
         self._keep_alive_at = time.monotonic() + PING_SECONDS
         self._phase = tick_phase(keys)
         self._read_ahead: ReadAhead | None = None
-        self._read_ahead_of: StartRead[Any] | None = None
+        self._start_read: StartRead[Any] | None = None
         self._woken: asyncio.Future[Started | None] | None = None
         self._timer: asyncio.TimerHandle | None = None
 
@@ -339,6 +339,10 @@ class ChangeWatch:
             finally:
                 if self._timer is not None:
                     self._timer.cancel()
+
+    def _start_ahead(self) -> Started:
+        assert self._start_read is not None  # set before any wait that names it
+        return self.current_key(), self._start_read()
 
     def _wake_at(self, at: float) -> None:
         """The stream's one timer, moved only when its time moves: a pushed wake leaves it set,
@@ -389,12 +393,8 @@ class ChangeWatch:
         due first; ``None`` when the deadline (the stream's self-close) comes. Before any read
         (no ``read_key()`` yet) there is nothing to wait for: the first call returns at once."""
 
-        if start_read is not self._read_ahead_of:  # made once per stream, not per wait
-
-            def start_ahead() -> Started:
-                return self.current_key(), start_read()
-
-            self._read_ahead, self._read_ahead_of = (share_key, start_ahead), start_read
+        if start_read is not self._start_read:  # made once per stream, not per wait
+            self._start_read, self._read_ahead = start_read, (share_key, self._start_ahead)
         loop = asyncio.get_running_loop()
         while True:
             if (key := self.current_key()) != self._last:

@@ -63,6 +63,7 @@ NOTIFICATIONS_POLL_INTERVAL_MS = 5000
 NOTIFICATIONS_MAX_DURATION_S = 240
 REPLAY_LIMIT = 20
 READ_LIMIT = 50
+NONE_SEEN: frozenset[str] = frozenset()
 
 shared_audience_reads = SharedReads()
 shared_activity_reads = SharedReads()
@@ -329,12 +330,12 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
     when the connection opened and was not replayed (notifications) is seen, never sent; a cursor
     frame after each batch records the newest row seen, so a reconnect resumes after it — not
     after the last *sent* row, which would re-send those seeded rows as new. What a stream has
-    seen is the ids of its last read of each kind (shared with the other streams): a row that
-    was not in it is new."""
+    seen is its last read (shared with the other streams of its audience): a row that was not in
+    it is new."""
     timing = stream_timing(NOTIFICATIONS_POLL_INTERVAL_MS, NOTIFICATIONS_MAX_DURATION_S)
     deadline = timing.deadline()
     resume_from = _resume_time(last_event_id)
-    seen: dict[str, frozenset[str]] | None = None  # None: not connected yet
+    seen: dict[str, KindRead] | None = None  # the last read (shared by the audience); None: not connected yet
     cursor_at: datetime | None = None
     with ChangeWatch(timing, audience_keys(audience)).open() as watch:
 
@@ -356,7 +357,7 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
                 first = seen is None
                 outgoing = _outgoing(reads, seen, resume_from)
                 chunk = _batch(outgoing, first)
-                seen = {kind: read.ids for kind, read in reads.items()}
+                seen = reads
                 newest = max((read.newest for read in reads.values() if read.newest is not None), default=None)
                 if newest is not None and (cursor_at is None or newest > cursor_at):
                     cursor_at = newest
@@ -367,15 +368,17 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
 
 
 def _outgoing(
-    reads: dict[str, KindRead], seen: dict[str, frozenset[str]] | None, resume_from: datetime | None
+    reads: dict[str, KindRead], seen: dict[str, KindRead] | None, resume_from: datetime | None
 ) -> list[Event]:
-    """What this read has for a stream that has ``seen`` the ids of its last read (``None``: the
-    connect — replay the replayed kinds, or, resuming, everything after ``resume_from``)."""
+    """What this read has for a stream whose last read was ``seen`` (``None``: the connect —
+    replay the replayed kinds, or, resuming, everything after ``resume_from``)."""
     if seen is None and resume_from is None:
         return [event for kind in REPLAYED_KINDS if kind in reads for event in reads[kind].replay()]
     if seen is None:
         return [event for read in reads.values() for event in read.events if event.at > resume_from]
-    return [event for kind, read in reads.items() for event in read.unseen(seen.get(kind, frozenset()))]
+    return [
+        event for kind, read in reads.items() for event in read.unseen(seen[kind].ids if kind in seen else NONE_SEEN)
+    ]
 
 
 async def notification_events(request: Request) -> Response:
