@@ -9,10 +9,11 @@ statements per minute while nothing changes and while one alert per tenant per s
 (psycopg's ``execute`` counted), insert → frame latency at every connection of the tenant (p50,
 p99), and resident memory per idle stream. The changes arrive two ways, a minute each:
 *lockstep* — every tenant's alert in the same instant, once a second, so each change lands
-behind the other nine tenants' fan-out (the worst case for one process) — and *independent* —
-each tenant on its own clock, one alert a second at a random moment in it, as tenants are. ``--moonshot`` holds 10,000 idle streams (pushed) and
-reports the same memory and idle figures. Targets (issue 13): p99 ≤ 100 ms at 1,000 streams,
-idle statements at least 10 times fewer than polling, ≤ 32 KB per idle stream, 10,000 idle streams held.
+behind the other tenants' fan-out (the worst case for one process) — and *independent* — each
+tenant on its own clock, one alert a second at a random moment in it, as tenants are.
+``--moonshot`` holds 10,000 idle streams (pushed) and reports the same memory and idle figures.
+Targets (issue 13): p99 ≤ 100 ms at 1,000 streams, idle statements at least 10 times fewer
+than polling, ≤ 32 KB per idle stream, 10,000 idle streams held.
 
 Run: ``.venv/bin/python -m benchmarks.stream_fanout`` (about seven minutes), and
 ``.venv/bin/python -m benchmarks.stream_fanout --moonshot``.
