@@ -78,8 +78,8 @@ _NO_CONTEXT = contextvars.Context()  # timers that read no context variable need
 
 AudienceKey = tuple[str, str]
 T = TypeVar("T")
-StartRead = Callable[[], "asyncio.Future[T]"]  # starts (or joins) a stream's shared read, not awaited
-Started = tuple[Hashable, "asyncio.Future[Any]"]  # a read and the read key it was started under
+StartRead = Callable[[], asyncio.Future[T]]  # starts (or joins) a stream's shared read, not awaited
+Started = tuple[Hashable, asyncio.Future[Any]]  # a read and the read key it was started under
 ReadAhead = tuple[Hashable, Callable[[], Started]]  # (share key, start): the read a change makes a stream do
 
 
