@@ -62,6 +62,7 @@ import psycopg
 from lib.clock import Deadline
 from lib.observability import log_server_error
 from lib.settings import get_settings, secret_or_none
+from lib.streams.shared_reads import Loader, SharedReads
 from lib.streams.sse import PING_SECONDS, StreamTiming
 
 CHANNEL = "ermis_changes"
@@ -377,6 +378,11 @@ class ChangeWatch:
         """What a read of all the stream's keys is shared under now: ``("push", ...)`` or
         ``("poll", ...)`` and the read key of each."""
         return ("push" if self.listener.healthy else "poll", *self.read_keys().values())
+
+    def start_shared(self, reads: SharedReads, key: Hashable, loader: Loader) -> asyncio.Future[Any]:
+        """This stream's read of ``key`` through ``reads``: shared under the stream's current
+        read key, for its sharing window."""
+        return reads.start(key, loader, self.share_window_s(), self.current_key())
 
     def read_key(self) -> Hashable:
         """What this moment's read is shared under, remembered as the last one read."""

@@ -63,9 +63,7 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
     with ChangeWatch(timing, (("drafts", normalize_tenant_id(tenant_scope_id)),)).open() as watch:
 
         def start_read() -> asyncio.Future[tuple[dict, bytes | None]]:
-            return shared_watermarks.start(
-                tenant_scope_id, lambda: _read_and_frame(tenant_scope_id), watch.share_window_s(), watch.current_key()
-            )
+            return watch.start_shared(shared_watermarks, tenant_scope_id, lambda: _read_and_frame(tenant_scope_id))
 
         while (read := await watch.next_read_before(deadline, ("feed", tenant_scope_id), start_read)) is not None:
             if read is KEEP_ALIVE:

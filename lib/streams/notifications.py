@@ -204,9 +204,9 @@ class KindRead:
         for row in rows:
             row_id = str(row["id"])
             shaped = known.get(row_id)
-            self._shaped[row_id] = (
-                shaped if shaped is not None and shaped[0] == row else (row, to_event(kind, row, False))
-            )
+            if shaped is None or shaped[0] != row:  # new, or changed since
+                shaped = (row, to_event(kind, row, False))
+            self._shaped[row_id] = shaped
         self.events = [event for _, event in self._shaped.values() if event is not None]
         self.ids = frozenset(self._shaped)
         self.previous_ids = previous.ids if previous is not None else None

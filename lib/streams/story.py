@@ -83,11 +83,7 @@ async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) 
         watch.read_key()  # the first phase was read by the request itself
 
         def start_read() -> asyncio.Future[dict[str, Any] | None]:
-            return shared_story_reads.start(
-                (scope, story_id, watch.current_key()),
-                lambda: find_story_draft(story_id, scope),
-                watch.share_window_s(),
-            )
+            return watch.start_shared(shared_story_reads, (scope, story_id), lambda: find_story_draft(story_id, scope))
 
         while (read := await watch.next_read_before(deadline, ("story", scope, story_id), start_read)) is not None:
             if read is KEEP_ALIVE:
