@@ -45,8 +45,10 @@ SLOW_POLL = StreamTiming(poll_interval_s=20.0, max_duration_s=30.0)
 
 @pytest.fixture
 def slow_polls(set_env) -> None:
-    """Polls far slower than any test: a frame that arrives was pushed."""
-    set_env(ERMIS_SSE_POLL_INTERVAL_MS="20000", ERMIS_SSE_MAX_DURATION_S="4", ERMIS_SSE_SAFETY_POLL_S="60")
+    """Polls and safety-net ticks far slower than any test: a frame that arrives was pushed, and a
+    wait that ends early was ended by a change (a minute's tick, crossed within a one-second
+    wait once in sixty runs, woke a stream that nothing had changed for)."""
+    set_env(ERMIS_SSE_POLL_INTERVAL_MS="20000", ERMIS_SSE_MAX_DURATION_S="4", ERMIS_SSE_SAFETY_POLL_S="86400")
 
 
 @pytest.fixture
@@ -92,7 +94,7 @@ async def test_a_change_reaches_an_open_stream_long_before_its_poll(
     assert arrived - written[0] < 1.0  # the poll is 20 s away
 
 
-async def test_a_notification_for_tenant_b_never_wakes_tenant_a(db) -> None:
+async def test_a_notification_for_tenant_b_never_wakes_tenant_a(db, slow_polls) -> None:
     await healthy_listener()
     tenant_a = ChangeWatch(SLOW_POLL, (("drafts", "org_a"),))
     tenant_b = ChangeWatch(SLOW_POLL, (("drafts", "org_b"),))
@@ -174,7 +176,7 @@ async def test_a_change_made_while_its_read_ahead_runs_is_read_again(db) -> None
     assert second is not None and second is not first  # the second change is not lost
 
 
-async def test_only_a_failed_delivery_wakes_the_deliveries_of_its_tenant(db) -> None:
+async def test_only_a_failed_delivery_wakes_the_deliveries_of_its_tenant(db, slow_polls) -> None:
     await healthy_listener()
     deliveries = ChangeWatch(SLOW_POLL, (("deliveries", "org_d"),))
     alerts = ChangeWatch(SLOW_POLL, (("alerts", "org_d"),))
