@@ -29,6 +29,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import timeit
 from collections import Counter
 
 import psutil
@@ -202,8 +203,16 @@ def run_design(
     return result
 
 
+def host_speed_us() -> float:
+    """Microseconds for ``sum(range(1000))`` (best of five): latency is in absolute time, and
+    the same machine has measured 14 and 35 µs on different days (its neighbours' load), so a run
+    states how fast its host was."""
+    return min(timeit.repeat("sum(range(1000))", number=20_000, repeat=5)) / 20_000 * 1e6
+
+
 def main() -> None:
     moonshot = "--moonshot" in sys.argv[1:]
+    speed_before = host_speed_us()
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     os.environ.update(ERMIS_SSE_MAX_DURATION_S="900", ERMIS_DB_POOL_MAX_SIZE="10")
     os.environ.pop("ERMIS_SSE_POLL_INTERVAL_MS", None)  # the default intervals: feed 4 s, notifications 5 s
@@ -224,6 +233,7 @@ def main() -> None:
             }
     connections = MOONSHOT_CONNECTIONS if moonshot else CONNECTIONS
     print(f"{connections} streams (half notifications, half feed) over {TENANTS} tenants, default intervals")
+    print(f"host: sum(range(1000)) in {speed_before:.1f} µs before the run, {host_speed_us():.1f} µs after")
     for name, result in results.items():
         print(f"{name}: {json.dumps(result)}")
 
