@@ -53,7 +53,7 @@ import math
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -63,7 +63,7 @@ from lib.clock import Deadline
 from lib.observability import log_server_error
 from lib.settings import get_settings, secret_or_none
 from lib.streams.shared_reads import Loader, SharedReads
-from lib.streams.sse import PING_SECONDS, StreamTiming
+from lib.streams.sse import PING_SECONDS, StreamDeadlineReached, StreamTiming, read_before
 
 CHANNEL = "ermis_changes"
 LISTENER_APPLICATION_NAME = "ermis-change-listener"  # how an operator finds the connection
@@ -319,7 +319,8 @@ async def stop_change_listener() -> None:
 class ChangeWatch:
     """One stream's view: the audience keys its reads depend on, the key of its next shared
     read, and the wait for it — a change of those keys (push), or the next aligned tick: the
-    safety-net interval while push is healthy, the stream's poll interval while it is not."""
+    safety-net interval while push is healthy, the stream's poll interval while it is not.
+    ``reads`` is the loop every stream runs on it."""
 
     def __init__(self, timing: StreamTiming, keys: tuple[AudienceKey, ...]) -> None:
         self.timing, self.keys = timing, keys
@@ -424,3 +425,25 @@ class ChangeWatch:
                 # The change's read; a later change (its key newer than this one) reads again.
                 self._last = started[0]
                 return started[1]
+
+    async def reads(
+        self, deadline: Deadline, share_key: Hashable, start_read: StartRead[T], report_as: str, **context: Any
+    ) -> AsyncIterator[T | tuple[str]]:
+        """The stream's reads as they come (``next_read_before``), watching (``open``) until it
+        is closed: each one's result, and ``KEEP_ALIVE`` when a ping is due. Ends at the
+        deadline — a read still running then is abandoned — or when the server stops. A read
+        that fails is reported (``report_as``, with ``context``) and skipped: the next change or
+        tick reads again."""
+        with self.open():
+            while (read := await self.next_read_before(deadline, share_key, start_read)) is not None:
+                if read is KEEP_ALIVE:
+                    yield KEEP_ALIVE
+                    continue
+                try:
+                    result = await read_before(deadline, read)
+                except StreamDeadlineReached:
+                    return
+                except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal
+                    log_server_error(report_as, error, **context)
+                    continue
+                yield result

@@ -13,6 +13,7 @@ Self-closes after 240 s; the browser reconnects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request
@@ -20,7 +21,6 @@ from starlette.responses import JSONResponse, Response
 
 from lib.auth.gates import require_session
 from lib.contracts.stream_events import FeedChanged
-from lib.observability import log_server_error
 from lib.platform.activity import normalize_tenant_id
 from lib.platform.editorial import list_tenant_drafts, read_draft_feed_watermark
 from lib.streams.change_feed import KEEP_ALIVE, ChangeWatch
@@ -29,8 +29,6 @@ from lib.streams.sse import (
     KEEP_ALIVE_FRAME,
     RETRY_MS,
     EventStreamResponse,
-    StreamDeadlineReached,
-    read_before,
     sse_frame,
     stream_timing,
 )
@@ -60,23 +58,20 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
     timing = stream_timing(FEED_POLL_INTERVAL_MS, FEED_MAX_DURATION_S)
     deadline = timing.deadline()
     last: dict | None = None
-    with ChangeWatch(timing, (("drafts", normalize_tenant_id(tenant_scope_id)),)).open() as watch:
+    watch = ChangeWatch(timing, (("drafts", normalize_tenant_id(tenant_scope_id)),))
 
-        def start_read() -> asyncio.Future[tuple[dict, bytes | None]]:
-            return watch.start_shared(shared_watermarks, tenant_scope_id, lambda: _read_and_frame(tenant_scope_id))
+    def start_read() -> asyncio.Future[tuple[dict, bytes | None]]:
+        return watch.start_shared(shared_watermarks, tenant_scope_id, lambda: _read_and_frame(tenant_scope_id))
 
-        while (read := await watch.next_read_before(deadline, ("feed", tenant_scope_id), start_read)) is not None:
+    async with contextlib.aclosing(
+        watch.reads(deadline, ("feed", tenant_scope_id), start_read, "/api/feed/events", tenant=tenant_scope_id)
+    ) as reads:
+        async for read in reads:
             if read is KEEP_ALIVE:
                 yield KEEP_ALIVE_FRAME
                 continue
-            try:
-                watermark, frame = await read_before(deadline, read)
-            except StreamDeadlineReached:
-                return
-            except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal
-                log_server_error("/api/feed/events", error, tenant=tenant_scope_id)
-                watermark = None
-            if watermark is not None and watermark != last:
+            watermark, frame = read
+            if watermark != last:
                 if last is None:
                     frame = _frame(watermark, RETRY_MS)  # a connection's first frame sets the retry
                 if frame is not None:

@@ -27,6 +27,7 @@ at 240 s. A payload that does not match its contract is dropped, never sent half
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass
@@ -52,9 +53,7 @@ from lib.streams.sse import (
     KEEP_ALIVE_FRAME,
     RETRY_MS,
     EventStreamResponse,
-    StreamDeadlineReached,
     cursor_frame,
-    read_before,
     sse_frame,
     stream_timing,
 )
@@ -337,34 +336,28 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
     resume_from = _resume_time(last_event_id)
     seen: dict[str, KindRead] | None = None  # the last read (shared by the audience); None: not connected yet
     cursor_at: datetime | None = None
-    with ChangeWatch(timing, audience_keys(audience)).open() as watch:
+    watch = ChangeWatch(timing, audience_keys(audience))
 
-        def start_read() -> asyncio.Future[dict[str, KindRead]]:
-            return start_activity_read(audience, watch.read_keys(), watch.share_window_s())
+    def start_read() -> asyncio.Future[dict[str, KindRead]]:
+        return start_activity_read(audience, watch.read_keys(), watch.share_window_s())
 
-        while (read := await watch.next_read_before(deadline, audience, start_read)) is not None:
+    async with contextlib.aclosing(
+        watch.reads(deadline, audience, start_read, "/api/notifications/events", user=audience.user_id)
+    ) as reads:
+        async for read in reads:
             if read is KEEP_ALIVE:
                 yield KEEP_ALIVE_FRAME
                 continue
-            try:
-                reads = await read_before(deadline, read)
-            except StreamDeadlineReached:
-                return
-            except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal
-                log_server_error("/api/notifications/events", error, user=audience.user_id)
-                reads = None
-            if reads is not None:
-                first = seen is None
-                outgoing = _outgoing(reads, seen, resume_from)
-                chunk = _batch(outgoing, first)
-                seen = reads
-                newest = max((read.newest for read in reads.values() if read.newest is not None), default=None)
-                if newest is not None and (cursor_at is None or newest > cursor_at):
-                    cursor_at = newest
-                if cursor_at is not None and (chunk or first):
-                    chunk += _cursor(cursor_at)
-                if chunk:
-                    yield chunk
+            first = seen is None
+            chunk = _batch(_outgoing(read, seen, resume_from), first)
+            seen = read
+            newest = max((kind.newest for kind in read.values() if kind.newest is not None), default=None)
+            if newest is not None and (cursor_at is None or newest > cursor_at):
+                cursor_at = newest
+            if cursor_at is not None and (chunk or first):
+                chunk += _cursor(cursor_at)
+            if chunk:
+                yield chunk
 
 
 def _outgoing(

@@ -16,6 +16,7 @@ Self-closes at 290 s, under the 300 s function cap.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,7 +29,6 @@ from lib.auth.sessions import Session
 from lib.contracts.stream_events import StoryPhase
 from lib.http.errors import ApiError
 from lib.http.routing import dynamic_segment
-from lib.observability import log_server_error
 from lib.platform.activity import normalize_tenant_id
 from lib.platform.editorial import find_story_draft
 from lib.streams.change_feed import ANY, KEEP_ALIVE, ChangeWatch
@@ -37,8 +37,6 @@ from lib.streams.sse import (
     KEEP_ALIVE_FRAME,
     RETRY_MS,
     EventStreamResponse,
-    StreamDeadlineReached,
-    read_before,
     sse_frame,
     stream_timing,
 )
@@ -79,22 +77,18 @@ async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) 
         yield frame
     misses = 0
     audience = ("drafts", ANY if scope is None else normalize_tenant_id(scope))
-    with ChangeWatch(timing, (audience,)).open() as watch:
-        watch.read_key()  # the first phase was read by the request itself
+    watch = ChangeWatch(timing, (audience,))
+    watch.read_key()  # the first phase was read by the request itself
 
-        def start_read() -> asyncio.Future[dict[str, Any] | None]:
-            return watch.start_shared(shared_story_reads, (scope, story_id), lambda: find_story_draft(story_id, scope))
+    def start_read() -> asyncio.Future[dict[str, Any] | None]:
+        return watch.start_shared(shared_story_reads, (scope, story_id), lambda: find_story_draft(story_id, scope))
 
-        while (read := await watch.next_read_before(deadline, ("story", scope, story_id), start_read)) is not None:
-            if read is KEEP_ALIVE:
+    async with contextlib.aclosing(
+        watch.reads(deadline, ("story", scope, story_id), start_read, "/api/stories/events", storyId=story_id)
+    ) as reads:
+        async for draft in reads:
+            if draft is KEEP_ALIVE:
                 yield KEEP_ALIVE_FRAME
-                continue
-            try:
-                draft = await read_before(deadline, read)
-            except StreamDeadlineReached:
-                return
-            except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal
-                log_server_error("/api/stories/events", error, storyId=story_id)
                 continue
             if draft is None:
                 misses += 1

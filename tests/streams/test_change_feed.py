@@ -198,6 +198,33 @@ async def test_only_a_failed_delivery_wakes_the_deliveries_of_its_tenant(db, slo
         assert await alerts.next_read_before(Deadline.after(1), "a", keyed_read(alerts)) is None  # not an alert
 
 
+async def test_a_failed_read_is_reported_skipped_and_read_again_on_the_next_change(
+    db, slow_polls, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await healthy_listener()
+    watch = ChangeWatch(SLOW_POLL, (("drafts", "org_f"),))
+    outcomes: Iterator[BaseException | str] = iter([RuntimeError("database away"), "read again"])
+
+    def start_read() -> asyncio.Future:
+        read = asyncio.get_running_loop().create_future()
+        outcome = next(outcomes)
+        if isinstance(outcome, BaseException):
+            read.set_exception(outcome)
+        else:
+            read.set_result(outcome)
+        return read
+
+    reads = watch.reads(Deadline.after(2), "f", start_read, "/test/events", tenant="org_f")
+    following = asyncio.ensure_future(anext(reads))
+    await asyncio.sleep(0.3)
+    assert not following.done()  # the failed read was skipped: the stream waits for a reason to read
+    await add_draft(db, "org_f", "s1")
+    assert await following == "read again"
+    assert [read async for read in reads] == []  # nothing changed until its deadline: it ends
+    [reported] = [json.loads(line) for line in capsys.readouterr().err.splitlines() if "/test/events" in line]
+    assert reported["error"] == "RuntimeError: database away" and reported["tenant"] == "org_f"
+
+
 async def test_a_burst_costs_at_most_one_read_per_audience_per_window(
     db, slow_polls, monkeypatch: pytest.MonkeyPatch
 ) -> None:
