@@ -43,12 +43,18 @@ from tests.support.waiting import eventually
 SLOW_POLL = StreamTiming(poll_interval_s=20.0, max_duration_s=30.0)
 
 
+@pytest.fixture(autouse=True)
+def safety_net_out_of_the_way(set_env) -> None:
+    """A safety-net tick once a day: a wait that ends was ended by a change. (A minute's tick,
+    aligned to the clock, fell inside a test's one-second wait about once in sixty runs and
+    woke a stream nothing had changed for.) Tests of the tick set their own."""
+    set_env(ERMIS_SSE_SAFETY_POLL_S="86400")
+
+
 @pytest.fixture
 def slow_polls(set_env) -> None:
-    """Polls and safety-net ticks far slower than any test: a frame that arrives was pushed, and a
-    wait that ends early was ended by a change (a minute's tick, crossed within a one-second
-    wait once in sixty runs, woke a stream that nothing had changed for)."""
-    set_env(ERMIS_SSE_POLL_INTERVAL_MS="20000", ERMIS_SSE_MAX_DURATION_S="4", ERMIS_SSE_SAFETY_POLL_S="86400")
+    """Polls far slower than any test: a frame that arrives was pushed."""
+    set_env(ERMIS_SSE_POLL_INTERVAL_MS="20000", ERMIS_SSE_MAX_DURATION_S="4")
 
 
 @pytest.fixture
@@ -94,7 +100,7 @@ async def test_a_change_reaches_an_open_stream_long_before_its_poll(
     assert arrived - written[0] < 1.0  # the poll is 20 s away
 
 
-async def test_a_notification_for_tenant_b_never_wakes_tenant_a(db, slow_polls) -> None:
+async def test_a_notification_for_tenant_b_never_wakes_tenant_a(db) -> None:
     await healthy_listener()
     tenant_a = ChangeWatch(SLOW_POLL, (("drafts", "org_a"),))
     tenant_b = ChangeWatch(SLOW_POLL, (("drafts", "org_b"),))
@@ -176,7 +182,7 @@ async def test_a_change_made_while_its_read_ahead_runs_is_read_again(db) -> None
     assert second is not None and second is not first  # the second change is not lost
 
 
-async def test_only_a_failed_delivery_wakes_the_deliveries_of_its_tenant(db, slow_polls) -> None:
+async def test_only_a_failed_delivery_wakes_the_deliveries_of_its_tenant(db) -> None:
     await healthy_listener()
     deliveries = ChangeWatch(SLOW_POLL, (("deliveries", "org_d"),))
     alerts = ChangeWatch(SLOW_POLL, (("alerts", "org_d"),))
@@ -199,7 +205,7 @@ async def test_only_a_failed_delivery_wakes_the_deliveries_of_its_tenant(db, slo
 
 
 async def test_a_failed_read_is_reported_skipped_and_read_again_on_the_next_change(
-    db, slow_polls, capsys: pytest.CaptureFixture[str]
+    db, capsys: pytest.CaptureFixture[str]
 ) -> None:
     await healthy_listener()
     watch = ChangeWatch(SLOW_POLL, (("drafts", "org_f"),))
