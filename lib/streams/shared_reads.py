@@ -61,8 +61,8 @@ class SharedReads:
             return None
         return entry[2].result()
 
-    async def read(self, key: Hashable, loader: Loader, window_s: float, version: Hashable = None) -> Any:
-        return await asyncio.shield(self.start(key, loader, window_s, version))
+    async def read(self, key: Hashable, loader: Loader, window_s: float) -> Any:
+        return await asyncio.shield(self.start(key, loader, window_s))
 
     def _evict_if_failed(self, key: Hashable, done: asyncio.Future[Any]) -> None:
         if (done.cancelled() or done.exception() is not None) and self._entries.get(key, (None, 0, None))[2] is done:

@@ -26,18 +26,12 @@ from tests.support.servers import serve_in_thread
 
 SIGNING_SECRET = "console-browser-test-secret"
 DEAD_LETTER_WAIT_MS = 90_000  # five deliveries, 2 + 4 + 8 + 16 s of backoff between them
-# The dev server's cron clock starts just after a refresh (every 10 minutes), so none fires while
-# these tests run: with the pipeline flag on, a scheduled refresh publishes an ingest message of
-# its own, and its failed deliveries (two, once, in CI) joined the retries the test counts.
-QUIET_CRON_CLOCK = "2026-01-01T03:30:30+00:00"
 
 
 @pytest.fixture(scope="module")
 def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     data_dir = tmp_path_factory.mktemp("console-dev")
-    with running_dev_server(
-        data_dir, "--cron-clock-start", QUIET_CRON_CLOCK, ERMIS_QUEUE_SIGNING_SECRET=SIGNING_SECRET
-    ) as server:
+    with running_dev_server(data_dir, ERMIS_QUEUE_SIGNING_SECRET=SIGNING_SECRET) as server:
         yield server
 
 

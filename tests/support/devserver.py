@@ -22,6 +22,11 @@ from lib.local.services import free_port
 
 STARTUP_SECONDS = 120
 SERVICE_PROCESS_NAMES = {"postgres", "redis-server"}
+# Unless a test names its own, the dev server's cron clock starts just after the 03:30 crons and a
+# refresh (every 10 minutes), so nothing is scheduled for nine minutes: a cron firing on the wall
+# clock mid-test did work of its own (with the pipeline flag on, a refresh published an ingest
+# message whose failed deliveries joined the retries a console test counted).
+QUIET_CRON_CLOCK = "2026-01-01T03:30:30+00:00"
 
 
 @dataclass
@@ -76,6 +81,8 @@ def service_pids() -> set[int]:
 def running_dev_server(data_dir: Path, *args: str, port: int | None = None, **extra_env: str) -> Iterator[DevServer]:
     port = port or free_port()
     env = script_env(data_dir, port, **extra_env)
+    if "--cron-clock-start" not in args:
+        args = ("--cron-clock-start", QUIET_CRON_CLOCK, *args)
     process = subprocess.Popen(
         [str(PROJECT_ROOT / "scripts/dev"), *args],
         cwd=PROJECT_ROOT,
