@@ -76,6 +76,7 @@ function statusKeeper(onStatus) {
 // The election is the Web Locks API where the browser has it, else a lease over BroadcastChannel
 // (broadcastElection); without BroadcastChannel each tab keeps its own EventSource.
 const CURSOR_EVENT = 'stream.cursor';
+const RESET_EVENT = 'stream.reset';
 
 function withLastEventId(url, lastEventId) {
   if (!lastEventId) return url;
@@ -342,6 +343,9 @@ export function connectNotificationStream(options = {}) {
         refreshSoon();
       });
     }
+    // The server could not resume from our last id (history gone, another database, an id from
+    // before an upgrade): what we hold may have gaps, so re-read the snapshot the poll reads.
+    source.addEventListener(RESET_EVENT, () => onRefresh && onRefresh());
   }
   return handle(
     status,

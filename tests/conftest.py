@@ -43,6 +43,8 @@ TABLES = (
     "alert_history",
     "review_status_events",
     "delivery_logs",
+    "stream_changes",
+    "stream_channels",
     "newsroom_profiles",
     "feature_flag_values",
     "queue_dead_letters",

@@ -42,6 +42,7 @@ class ErasureTarget:
 
 ERASURE_REGISTRY: tuple[ErasureTarget, ...] = (
     ErasureTarget("notifications", "user_id", "delete"),
+    ErasureTarget("stream_changes", "subject_user_id", "delete"),  # the positions of their notifications
     ErasureTarget("ai_usage_ledger", "user_id", "anonymise"),
 )
 

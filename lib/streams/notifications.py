@@ -3,25 +3,30 @@
 
 One connection carries ``alert.triggered``, ``review.status.changed``, ``delivery.failed`` and
 ``notification.created``. What a connection may see (its *audience*) is decided server-side
-from the session, on connect and on every tick:
+from the session, on connect and on every tick, as one channel of the stream log per kind
+(``channels_of``):
 
 - alerts and failed deliveries: the session's tenant (normalised; none without a tenant);
 - review events: the own tenant for a tenant reviewer (owner, admin), every tenant for the
   platform reviewer (``super_admin``), and for anyone else the read is never issued;
 - notifications: the user's own.
 
-On a fresh connect the 20 most recent alerts, review events and failed deliveries are replayed
-oldest first with ``initial: true``; notifications only seed the seen set. A reconnect that
-sends ``Last-Event-ID`` (every frame id is ``<time>|<kind>|<row id>``) gets no replay: rows up
-to that time count as seen, and only newer ones are sent — the spec's reconnect flood, closed.
-Each tick then sends whatever this connection has not seen, in time order. Every read is
-shared per audience key (tenant, review scope, user) and per change or poll tick, and shaped
-once where it is shared (``KindRead``: rows validated by their contract and framed), so a change
-that wakes a thousand streams of a tenant costs one query and one serialisation per kind, and
-each stream only picks the frames it has not seen — by reference to the shared read's ids, so
-an idle stream holds no copy of them. The
-``notificationsRestPolling`` flag answers 204 before any stream work; the stream self-closes
-at 240 s. A payload that does not match its contract is dropped, never sent half-formed.
+Every frame's ``id:`` is the stream's cursor after it — a position per channel, in commit
+order (``positions``). On a fresh connect the 20 most recent alerts, review events and failed
+deliveries are replayed oldest first with ``initial: true`` and the cursor starts at the
+channels' heads (notifications are not replayed: what existed is passed). A reconnect with
+``Last-Event-ID`` (or ``?lastEventId=``) gets exactly the rows after its cursor, in position
+order, a page (``PAGE_SIZE`` per kind) at a time — nothing committed late can be skipped and
+no burst is cut at a limit — or, when the cursor cannot be trusted, one ``stream.reset``
+naming the reason and the stream goes on from now (the client refetches the snapshot).
+
+Then each change (or tick) reads the rows after the cursor. Reads are shared: a channel's page
+by every stream at the same position of it (a tenant's alerts by all its users), an audience's
+read by its streams at the same cursor, and each row is validated by its contract and
+serialised once where it is shared (``Event.body``); each stream only prefixes its own ids. The
+``notificationsRestPolling`` flag answers 204 before any stream work; the stream self-closes at
+240 s. A payload that does not match its contract is dropped, never sent half-formed, and the
+cursor moves past it.
 """
 
 from __future__ import annotations
@@ -29,9 +34,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -41,31 +45,35 @@ from starlette.responses import JSONResponse, Response
 from lib.auth.gates import require_session
 from lib.auth.roles import can_review_all_tenants, capability_allows
 from lib.auth.sessions import Session
-from lib.clock import iso_timestamp
+from lib.clock import Deadline, iso_timestamp
 from lib.contracts.stream_events import AlertTriggered, DeliveryFailed, NotificationCreated, ReviewStatusChanged
 from lib.observability import log_server_error
 from lib.platform import activity
-from lib.platform.activity import normalize_tenant_id
 from lib.platform.flags import resolve_feature_flags
 from lib.streams.change_feed import ANY, KEEP_ALIVE, AudienceKey, ChangeWatch
+from lib.streams.positions import Cursor, audience_fingerprint, parse_cursor
 from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import (
+    CURSOR_BODY,
     KEEP_ALIVE_FRAME,
     RETRY_MS,
     EventStreamResponse,
-    cursor_frame,
-    sse_frame,
+    StreamDeadlineReached,
+    event_body,
+    read_before,
     stream_timing,
+    with_id,
 )
 
 NOTIFICATIONS_POLL_INTERVAL_MS = 5000
 NOTIFICATIONS_MAX_DURATION_S = 240
 REPLAY_LIMIT = 20
-READ_LIMIT = 50
-NONE_SEEN: frozenset[str] = frozenset()
+SNAPSHOT_LIMIT = 50
+PAGE_SIZE = 200  # rows per kind per read: a frame chunk stays around 100 KB at most
+RESET_EVENT = "stream.reset"
 
 shared_audience_reads = SharedReads()
-shared_activity_reads = SharedReads()
+shared_channel_reads = SharedReads()
 shared_flag_reads = SharedReads()
 FLAG_SHARE_S = 5.0
 
@@ -91,29 +99,13 @@ def audience_for(session: Session) -> Audience:
 class Event:
     kind: str
     row_id: str
-    at: datetime
+    position: int
     payload: dict[str, Any]
 
-    @property
-    def event_id(self) -> str:
-        return f"{_id_time(self.at)}|{self.kind}|{self.row_id}"
-
-    @property
-    def order(self) -> tuple[datetime, str, str]:
-        return (self.at, self.kind, self.row_id)
-
-    def frame(self, retry: int | None = None) -> bytes | None:
-        return sse_frame(self.kind, self.payload, self.event_id, retry=retry)
-
     @functools.cached_property
-    def shared_frame(self) -> bytes | None:
-        """The frame every stream sends for this event, serialised once."""
-        return self.frame()
-
-
-def _id_time(at: datetime) -> str:
-    # Microseconds, as stored: a resume must not re-send the row it stopped at.
-    return at.astimezone(UTC).isoformat(timespec="microseconds")
+    def body(self) -> bytes | None:
+        """The frame's event and data, serialised once for every stream that sends it."""
+        return event_body(self.kind, self.payload)
 
 
 def _alert(row: dict[str, Any]) -> dict[str, Any]:
@@ -169,9 +161,15 @@ KINDS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], type[BaseMode
     "notification.created": (_notification, NotificationCreated),
 }
 REPLAYED_KINDS = ("alert.triggered", "review.status.changed", "delivery.failed")
+SOURCES = {
+    "alert.triggered": activity.ALERTS,
+    "review.status.changed": activity.REVIEWS,
+    "delivery.failed": activity.DELIVERIES,
+    "notification.created": activity.NOTIFICATIONS,
+}
 
 
-def to_event(kind: str, row: dict[str, Any], initial: bool) -> Event | None:
+def to_event(kind: str, position: int, row: dict[str, Any], initial: bool) -> Event | None:
     """``row`` as an event of ``kind``, through its contract; ``None`` (reported) if it breaks it."""
     shape, contract = KINDS[kind]
     try:
@@ -184,194 +182,222 @@ def to_event(kind: str, row: dict[str, Any], initial: bool) -> Event | None:
             problems=str(error.error_count()),
         )
         return None
-    return Event(kind, str(row["id"]), row["at"], payload)
+    return Event(kind, str(row["id"]), position, payload)
 
 
-class KindRead:
-    """One shared read of one kind for one audience, shaped once for every stream sharing it.
+@dataclass(frozen=True)
+class KindPage:
+    """One read of one channel, shaped once for every stream that shares it: its events (rows
+    that are gone or break their contract are skipped), the position it read up to, the
+    channel's retention horizon, and whether there may be more (a full page)."""
 
-    It builds on the read it supersedes (``previous``): rows that are unchanged keep their
-    events (one contract check per new row, not per row read), and what is new since then is
-    worked out once (``new_events``) — so a stream that saw the previous read finds its frames
-    without looking at the fifty rows it has already seen. Only the previous ids are kept, never
-    the previous read: reads do not chain."""
+    events: list[Event]
+    head: int
+    pruned_through: int
+    full: bool
 
-    def __init__(self, kind: str, rows: list[dict[str, Any]], previous: KindRead | None = None) -> None:
-        self.kind, self.rows = kind, rows
-        known = previous._shaped if previous is not None else {}
-        self._shaped: dict[str, tuple[dict[str, Any], Event | None]] = {}
-        for row in rows:
-            row_id = str(row["id"])
-            shaped = known.get(row_id)
-            if shaped is None or shaped[0] != row:  # new, or changed since
-                shaped = (row, to_event(kind, row, False))
-            self._shaped[row_id] = shaped
-        self.events = [event for _, event in self._shaped.values() if event is not None]
-        self.ids = frozenset(self._shaped)
-        self.previous_ids = previous.ids if previous is not None else None
-        self.new_events = self.events if previous is None else [e for e in self.events if e.row_id not in previous.ids]
-        self.newest = max((row["at"] for row in rows), default=None)
-        self._replay: list[Event] | None = None
 
-    def unseen(self, seen: frozenset[str]) -> list[Event]:
-        """The events of rows not in ``seen`` — the ids of a read this stream had."""
-        if seen is self.ids:
-            return []
-        if seen is self.previous_ids:
-            return self.new_events
-        return [event for event in self.events if event.row_id not in seen]
+@dataclass(frozen=True)
+class AudienceRead:
+    """Every kind an audience reads, read after ``after`` (the cursor's positions; ``None``: the
+    connect read — the newest rows and the heads)."""
 
-    def replay(self) -> list[Event]:
-        """The connect replay (``initial: true``), built by the first stream that connects."""
-        if self._replay is None:
-            replay = (to_event(self.kind, row, True) for row in self.rows[:REPLAY_LIMIT])
-            self._replay = [event for event in replay if event is not None]
-        return self._replay
+    after: tuple[int, ...] | None
+    epoch: str
+    pages: dict[str, KindPage]
 
 
 @functools.lru_cache(maxsize=4096)
-def kind_keys(audience: Audience) -> dict[str, AudienceKey]:
-    """The change notification each kind's read depends on (``change_feed``); the same (shared,
-    not to be changed) dict for every stream of an audience."""
-    tenant = normalize_tenant_id(audience.tenant)
-    keys = {"alert.triggered": ("alerts", tenant), "delivery.failed": ("deliveries", tenant)}
-    keys["notification.created"] = ("user", audience.user_id)
-    if audience.review_scope is not None:
-        review = ANY if audience.review_scope == activity.ALL_TENANTS else normalize_tenant_id(audience.review_scope)
-        keys["review.status.changed"] = ("review", review)
-    return keys
+def channels_of(audience: Audience) -> dict[str, str]:
+    """The channel each kind this audience may see is read from (``activity``); a kind it may not
+    see — no tenant, no review capability — has none, and its read is never issued. The same
+    (shared, not to be changed) dict for every stream of an audience."""
+    channels = {
+        "alert.triggered": activity.tenant_channel("alerts", audience.tenant),
+        "review.status.changed": activity.review_channel(audience.review_scope),
+        "delivery.failed": activity.tenant_channel("deliveries", audience.tenant),
+        "notification.created": activity.user_channel(audience.user_id),
+    }
+    return {kind: channel for kind, channel in channels.items() if channel is not None}
 
 
 @functools.lru_cache(maxsize=4096)
 def audience_keys(audience: Audience) -> tuple[AudienceKey, ...]:
-    """The change notifications this audience's reads depend on."""
-    return tuple(dict.fromkeys(kind_keys(audience).values()))
+    """The change notifications this audience's reads depend on (``change_feed``): a channel is
+    the notification's ``<kind>|<value>``, the platform review watches every review value."""
+    keys = (tuple(channel.split("|", 1)) for channel in channels_of(audience).values())
+    return tuple(dict.fromkeys((kind, ANY if value == ANY else value) for kind, value in keys))
 
 
-def start_activity_read(
-    audience: Audience, read_keys: dict[AudienceKey, Hashable], window_s: float
-) -> asyncio.Future[dict[str, KindRead]]:
-    """Every kind this audience may see, read once per audience and change (or tick): the
-    streams of one user share it whole, and each kind is shared wider (a tenant's alerts by all
-    its users) and read again only when its own audience changed (``read_keys``: the read key of
-    each of ``audience_keys``, ``ChangeWatch.read_keys``)."""
-    by_kind = {kind: read_keys[key] for kind, key in kind_keys(audience).items()}
-    return shared_audience_reads.start(
-        audience, lambda: _read_each_kind(audience, by_kind, window_s), window_s, tuple(read_keys.values())
+def _channel_key(channel: str) -> AudienceKey:
+    kind, _, value = channel.partition("|")
+    return (kind, value)
+
+
+def _start_kind_read(
+    kind: str, channel: str, after: int | None, limit: int, read_key: Hashable, window_s: float, initial: bool
+) -> asyncio.Future[KindPage]:
+    """One channel's read, shared by every stream (of every user) at the same position of it:
+    only the newest read of each is kept, so the pages of a burst are freed as they are passed."""
+    source = SOURCES[kind]
+
+    async def load() -> KindPage:
+        if after is None:
+            read = await activity.latest_in_channel(source, channel, limit)
+        else:
+            read = await activity.after_in_channel(source, channel, after, limit)
+        events = (to_event(kind, position, row, initial) for position, row in read.rows if row is not None)
+        return KindPage([e for e in events if e is not None], read.head, read.pruned_through, read.full)
+
+    mode = "latest" if after is None else "after"
+    return shared_channel_reads.start((channel, mode, limit, initial), load, window_s, (after, read_key))
+
+
+def start_audience_read(
+    audience: Audience, cursor: Cursor | None, read_keys: dict[AudienceKey, Hashable], window_s: float
+) -> asyncio.Future[AudienceRead]:
+    """What a stream of ``audience`` at ``cursor`` reads now (``None``: it is connecting), shared
+    by the streams of the audience at the same cursor and change (``read_keys``: the read key of
+    each of ``audience_keys``, ``ChangeWatch.read_keys``). Each kind is shared wider (a tenant's
+    alerts by all its users) and read again only when its own channel changed."""
+    channels = channels_of(audience)
+    after = None if cursor is None else tuple(cursor.positions[kind] for kind in channels)
+
+    async def load() -> AudienceRead:
+        epoch = await activity.stream_log_epoch()
+        reads = {}
+        for index, (kind, channel) in enumerate(channels.items()):
+            read_key = read_keys[_channel_key(channel)] if _channel_key(channel) in read_keys else None
+            if after is None:
+                limit = REPLAY_LIMIT if kind in REPLAYED_KINDS else 0
+                reads[kind] = _start_kind_read(kind, channel, None, limit, read_key, window_s, initial=True)
+            else:
+                reads[kind] = _start_kind_read(kind, channel, after[index], PAGE_SIZE, read_key, window_s, False)
+        # Started together above, awaited one by one here.
+        return AudienceRead(after, epoch, {kind: await asyncio.shield(read) for kind, read in reads.items()})
+
+    return shared_audience_reads.start(audience, load, window_s, (after, tuple(read_keys.values())))
+
+
+class _Frames:
+    """One stream's bytes: each frame's ``id:`` is the stream's cursor after it; the first frame
+    of the connection also carries ``retry:``."""
+
+    def __init__(self) -> None:
+        self.first = True
+
+    def frame(self, cursor: Cursor, body: bytes) -> bytes:
+        retry = RETRY_MS if self.first else None
+        self.first = False
+        return with_id(cursor.event_id, body, retry)
+
+
+def _replay(read: AudienceRead, frames: _Frames, heads: Cursor) -> bytes:
+    """The connect replay, oldest first, each frame at the heads (the replay is context, not
+    news: a reconnect during it resumes after it), then the heads as a cursor frame."""
+    events = sorted(
+        (event for kind in REPLAYED_KINDS if kind in read.pages for event in read.pages[kind].events),
+        key=lambda event: event.position,
     )
+    return b"".join(frames.frame(heads, event.body) for event in events if event.body is not None)
 
 
-async def _read_each_kind(audience: Audience, read_keys: dict[str, Hashable], window_s: float) -> dict[str, KindRead]:
-    def shared(
-        kind: str, key: tuple[str, str], load: Callable[[], Awaitable[list[dict[str, Any]]]]
-    ) -> asyncio.Future[KindRead]:
-        previous = shared_activity_reads.latest(key)  # what a new read builds on
-
-        async def load_and_shape() -> KindRead:
-            return KindRead(kind, await load(), previous)
-
-        return shared_activity_reads.start(key, load_and_shape, window_s, read_keys[kind])
-
-    reads = {
-        "alert.triggered": shared(
-            "alert.triggered",
-            ("alerts", audience.tenant or ""),
-            lambda: activity.recent_alerts(audience.tenant, READ_LIMIT),
-        ),
-        "delivery.failed": shared(
-            "delivery.failed",
-            ("deliveries", audience.tenant or ""),
-            lambda: activity.recent_failed_deliveries(audience.tenant, READ_LIMIT),
-        ),
-        "notification.created": shared(
-            "notification.created",
-            ("notifications", audience.user_id),
-            lambda: activity.recent_notifications(audience.user_id, READ_LIMIT),
-        ),
-    }
-    if audience.review_scope is not None:  # without a review capability the read is never issued
-        scope = audience.review_scope
-        reads["review.status.changed"] = shared(
-            "review.status.changed", ("reviews", scope), lambda: activity.recent_review_events(scope, READ_LIMIT)
-        )
-    # Started together above, awaited one by one here.
-    return {kind: await asyncio.shield(read) for kind, read in reads.items()}
-
-
-def _resume_time(last_event_id: str | None) -> datetime | None:
-    if not last_event_id:
-        return None
-    try:
-        resume = datetime.fromisoformat(last_event_id.split("|", 1)[0].replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return resume if resume.tzinfo else None
-
-
-@functools.lru_cache(maxsize=4096)
-def _cursor(at: datetime) -> bytes:
-    """The cursor frame at ``at``: every stream of an audience sends the same one."""
-    return cursor_frame(f"{_id_time(at)}|cursor|")
-
-
-def _batch(events: list[Event], first: bool) -> bytes:
-    """``events`` in time order as one chunk; the first frame of a connection carries ``retry``."""
+def _batch(read: AudienceRead, cursor: Cursor, frames: _Frames) -> tuple[bytes, Cursor, bool]:
+    """The frames of a page read for a stream at ``cursor``, in position order, each with the
+    cursor after it; a cursor frame if the read passed positions after the last frame (rows gone
+    or dropped); the cursor at the end; whether any kind has more."""
     chunks = []
-    for event in sorted(events, key=lambda e: e.order):
-        frame = event.shared_frame if chunks or not first else event.frame(RETRY_MS)
-        if frame is not None:
-            chunks.append(frame)
-    return b"".join(chunks)
+    events = sorted((event for page in read.pages.values() for event in page.events), key=lambda e: e.position)
+    sent = cursor
+    for event in events:
+        if event.body is not None:
+            sent = sent.moved(event.kind, event.position)
+            chunks.append(frames.frame(sent, event.body))
+    at_end = cursor
+    for kind, page in read.pages.items():
+        at_end = at_end.moved(kind, max(page.head, cursor.positions[kind]))
+    if at_end != sent or frames.first:  # a resume's first frame, even with nothing new: its retry
+        chunks.append(frames.frame(at_end, CURSOR_BODY))
+    return b"".join(chunks), at_end, any(page.full for page in read.pages.values())
+
+
+def _heads(read: AudienceRead, audience: Audience) -> Cursor:
+    channels = channels_of(audience)
+    return Cursor(read.epoch, audience_fingerprint(channels), {kind: page.head for kind, page in read.pages.items()})
+
+
+def _resume_or_reset(read: AudienceRead, audience: Audience, last_event_id: str) -> Cursor | str:
+    """The stream's cursor from its ``Last-Event-ID``, or why it cannot resume from it."""
+    cursor = parse_cursor(last_event_id, read.epoch, channels_of(audience))
+    if isinstance(cursor, Cursor) and any(cursor.positions[k] < p.pruned_through for k, p in read.pages.items()):
+        return "expired"
+    return cursor
+
+
+def _reset(reason: str, heads: Cursor, frames: _Frames) -> bytes:
+    body = event_body(RESET_EVENT, {"reason": reason})
+    assert body is not None  # a reason is plain text
+    return frames.frame(heads, body)
 
 
 async def notification_frames(audience: Audience, last_event_id: str | None) -> AsyncIterator[bytes]:
-    """Replay (or resume), then new rows as they are notified (``change_feed``). Whatever existed
-    when the connection opened and was not replayed (notifications) is seen, never sent; a cursor
-    frame after each batch records the newest row seen, so a reconnect resumes after it — not
-    after the last *sent* row, which would re-send those seeded rows as new. What a stream has
-    seen is its last read (shared with the other streams of its audience): a row that was not in
-    it is new."""
+    """Connect (replay or resume), then the rows after the stream's cursor as they are notified
+    (``change_feed``), a page at a time: a full page is followed at once by the next, so a burst
+    of any size goes out whole, in frames of bounded size. What existed when the connection
+    opened and was not replayed (notifications) is passed, never sent: the connect's cursor is
+    the channels' heads."""
     timing = stream_timing(NOTIFICATIONS_POLL_INTERVAL_MS, NOTIFICATIONS_MAX_DURATION_S)
     deadline = timing.deadline()
-    resume_from = _resume_time(last_event_id)
-    seen: dict[str, KindRead] | None = None  # the last read (shared by the audience); None: not connected yet
-    cursor_at: datetime | None = None
+    cursor: Cursor | None = None
+    frames = _Frames()
     watch = ChangeWatch(timing, audience_keys(audience))
 
-    def start_read() -> asyncio.Future[dict[str, KindRead]]:
-        return start_activity_read(audience, watch.read_keys(), watch.share_window_s())
+    def start_read() -> asyncio.Future[AudienceRead]:
+        return start_audience_read(audience, cursor, watch.read_keys(), watch.share_window_s())
+
+    def wanted() -> tuple[int, ...] | None:
+        return None if cursor is None else tuple(cursor.positions[kind] for kind in channels_of(audience))
 
     async with contextlib.aclosing(
         watch.reads(deadline, audience, start_read, "/api/notifications/events", user=audience.user_id)
     ) as reads:
-        async for read in reads:
-            if read is KEEP_ALIVE:
+        async for shared in reads:
+            if shared is KEEP_ALIVE:
                 yield KEEP_ALIVE_FRAME
                 continue
-            first = seen is None
-            chunk = _batch(_outgoing(read, seen, resume_from), first)
-            seen = read
-            newest = max((kind.newest for kind in read.values() if kind.newest is not None), default=None)
-            if newest is not None and (cursor_at is None or newest > cursor_at):
-                cursor_at = newest
-            if cursor_at is not None and (chunk or first):
-                chunk += _cursor(cursor_at)
-            if chunk:
-                yield chunk
+            read: AudienceRead | None = shared
+            while read is not None:
+                if read.after != wanted():  # read ahead for streams of the audience at another cursor
+                    read = await _read_now(deadline, start_read, audience)
+                    continue
+                if cursor is None:
+                    heads = _heads(read, audience)
+                    resumed = _resume_or_reset(read, audience, last_event_id) if last_event_id else None
+                    if isinstance(resumed, Cursor):
+                        cursor, more = resumed, True
+                    else:
+                        cursor, more = heads, False
+                        chunk = _reset(resumed, heads, frames) if resumed else _replay(read, frames, heads)
+                        yield chunk + frames.frame(heads, CURSOR_BODY)
+                else:
+                    chunk, cursor, more = _batch(read, cursor, frames)
+                    if chunk:
+                        yield chunk
+                read = await _read_now(deadline, start_read, audience) if more else None
 
 
-def _outgoing(
-    reads: dict[str, KindRead], seen: dict[str, KindRead] | None, resume_from: datetime | None
-) -> list[Event]:
-    """What this read has for a stream whose last read was ``seen`` (``None``: the connect —
-    replay the replayed kinds, or, resuming, everything after ``resume_from``)."""
-    if seen is None and resume_from is None:
-        return [event for kind in REPLAYED_KINDS if kind in reads for event in reads[kind].replay()]
-    if seen is None:
-        return [event for read in reads.values() for event in read.events if event.at > resume_from]
-    return [
-        event for kind, read in reads.items() for event in read.unseen(seen[kind].ids if kind in seen else NONE_SEEN)
-    ]
+async def _read_now(
+    deadline: Deadline, start_read: Callable[[], asyncio.Future[AudienceRead]], audience: Audience
+) -> AudienceRead | None:
+    """A read the stream makes without waiting (the next page, its own cursor): ``None`` when it
+    fails (reported; the next change or tick reads again) or the self-close comes first."""
+    try:
+        return await read_before(deadline, start_read())
+    except StreamDeadlineReached:
+        return None
+    except Exception as error:  # noqa: BLE001 - a failed read is skipped, not fatal
+        log_server_error("/api/notifications/events", error, user=audience.user_id)
+        return None
 
 
 async def notification_events(request: Request) -> Response:
@@ -389,16 +415,25 @@ async def notification_events(request: Request) -> Response:
 
 
 async def notifications_snapshot(request: Request) -> Response:
-    """What the polling fallback reads: the same items, with the same authorization."""
+    """What the polling fallback reads: the newest rows of the same channels, with the same
+    authorization, and ``cursor`` — the id a stream opened with ``Last-Event-ID: <cursor>``
+    resumes from, so a poll and a stream agree on what was read."""
     audience = audience_for(require_session(request))
-    reads = await start_activity_read(audience, dict.fromkeys(audience_keys(audience)), 0)  # window 0: a fresh read
-    items = {kind: [event.payload for event in read.events] for kind, read in reads.items()}
+    channels = channels_of(audience)
+    epoch = await activity.stream_log_epoch()
+    reads = {  # window 0: a fresh read
+        kind: _start_kind_read(kind, channel, None, SNAPSHOT_LIMIT, None, 0, initial=False)
+        for kind, channel in channels.items()
+    }
+    pages = {kind: await asyncio.shield(read) for kind, read in reads.items()}
+    items = {kind: [event.payload for event in page.events] for kind, page in pages.items()}
     return JSONResponse(
         {
             "notifications": items["notification.created"],
             "unreadCount": await activity.unread_notification_count(audience.user_id),
-            "alerts": items["alert.triggered"],
+            "alerts": items.get("alert.triggered", []),
             "reviewEvents": items.get("review.status.changed", []),
-            "deliveryFailures": items["delivery.failed"],
+            "deliveryFailures": items.get("delivery.failed", []),
+            "cursor": _heads(AudienceRead(None, epoch, pages), audience).event_id,
         }
     )

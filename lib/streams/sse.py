@@ -61,6 +61,7 @@ RETRY_MS = 3000
 PING_SECONDS = 15
 _ID_UNSAFE = re.compile(r"[\r\n\x00]")
 CURSOR_EVENT = "stream.cursor"
+END_EVENT = "stream.end"
 
 
 @dataclass(frozen=True)
@@ -97,22 +98,41 @@ def stream_timing(default_poll_ms: int, default_max_s: float) -> StreamTiming:
     return StreamTiming(poll_ms / 1000, settings.ermis_sse_max_duration_s or default_max_s)
 
 
-def sse_frame(event: str, data: Any, event_id: str, retry: int | None = None) -> bytes | None:
+def event_body(event: str, data: Any) -> bytes | None:
+    """The ``event:`` and ``data:`` lines of a frame and its end, without ``id:``: what every
+    stream sending this event shares (each prefixes its own id, ``with_id``); ``None`` when the
+    data cannot be encoded."""
     if not EVENT_NAME.match(event):
         raise ValueError(f"invalid SSE event name {event!r}")
     try:
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
         # Some line readers also break at U+2028/U+2029; escaped, the JSON means the same.
         payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-        return ServerSentEvent(data=payload, event=event, id=_ID_UNSAFE.sub("", event_id), retry=retry).encode()
+        return ServerSentEvent(data=payload, event=event).encode()
     except (TypeError, ValueError):
         return None
 
 
-def cursor_frame(event_id: str) -> bytes:
-    return ServerSentEvent(data="{}", event=CURSOR_EVENT, id=_ID_UNSAFE.sub("", event_id)).encode()
+def with_id(event_id: str, body: bytes, retry: int | None = None) -> bytes:
+    """``body`` (``event_body``) as a whole frame with its ``id:`` (and ``retry:``) first — the
+    order of fields within a frame means nothing to a client."""
+    head = ServerSentEvent(id=_ID_UNSAFE.sub("", event_id), retry=retry).encode()
+    return head[: -len(ServerSentEvent.DEFAULT_SEPARATOR)] + body
 
 
+def sse_frame(event: str, data: Any, event_id: str, retry: int | None = None) -> bytes | None:
+    body = event_body(event, data)
+    return None if body is None else with_id(event_id, body, retry)
+
+
+def cursor_frame(event_id: str, retry: int | None = None) -> bytes:
+    return with_id(event_id, CURSOR_BODY, retry)
+
+
+CURSOR_BODY = ServerSentEvent(data="{}", event=CURSOR_EVENT).encode()
+# The last frame of a stream that ends as planned (its self-close, the server stopping): no id,
+# so the client's last id stays; ermis-realtime.js reconnects at once instead of reporting an error.
+END_FRAME = ServerSentEvent(data="{}", event=END_EVENT).encode()
 KEEP_ALIVE_FRAME = ServerSentEvent(comment="ping").encode()
 
 open_streams: Counter[str] = Counter()
@@ -175,4 +195,5 @@ class EventStreamResponse(Response):
                     open_streams[self.name] -= 1
                 if connection.disconnected:
                     return
+                await send({"type": "http.response.body", "body": END_FRAME, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -54,7 +54,9 @@ async def test_cron_get_deletes_exactly_what_the_spec_names(db) -> None:
         response = await client.get(PATH, headers=cron_headers())
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"deleted", "deletedHashRecords", "deletedBatchClaims", "deletedCronRuns", "processedAt"}
+    assert set(body) == {
+        "deleted", "deletedHashRecords", "deletedBatchClaims", "deletedCronRuns", "deletedStreamChanges", "processedAt"
+    }  # fmt: skip
     assert (body["deleted"], body["deletedHashRecords"], body["deletedBatchClaims"]) == (2, 2, 1)
     claims = await (await db.execute("SELECT batch_id FROM queue_batch_claims ORDER BY 1")).fetchall()
     assert [row[0] for row in claims] == ["old-released", "recent-done"]  # a released batch can still run
@@ -63,6 +65,26 @@ async def test_cron_get_deletes_exactly_what_the_spec_names(db) -> None:
         ["live:forever", "live:ttl"],
         [("platform:ai-envelope-threshold-firings:t1", "b"), ("platform:other:t1", "old")],
     )
+
+
+async def test_stream_positions_past_retention_go_and_leave_their_horizon(db) -> None:
+    for index in range(4):
+        await db.execute(
+            "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, severity, channel)"
+            " VALUES (%s, 'org_a', 'r', %s, 'info', 'in-app')",
+            (f"a{index}", f"s{index}"),
+        )
+    logged = await (await db.execute("SELECT position FROM stream_changes ORDER BY 1")).fetchall()
+    positions = [row[0] for row in logged]
+    await db.execute(
+        "UPDATE stream_changes SET logged_at = now() - interval '8 days' WHERE position = ANY(%s)", (positions[:2],)
+    )
+    body = await cleanup_platform_state(batch_size=1)  # batches: one row each
+    assert body["deletedStreamChanges"] == 2
+    left = [row[0] for row in await (await db.execute("SELECT position FROM stream_changes ORDER BY 1")).fetchall()]
+    assert left == positions[2:]
+    horizon = await (await db.execute("SELECT channel, pruned_through FROM stream_channels")).fetchall()
+    assert horizon == [("alerts|org_a", positions[1])]
 
 
 async def test_operator_post_with_the_state_surface(db, mint_token: Callable[..., str]) -> None:

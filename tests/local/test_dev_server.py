@@ -58,7 +58,9 @@ def test_gates_answer_as_the_contract_says(dev_server: DevServer) -> None:
     cron_secret = secret_from(dev_server, "CRON_SECRET")
     ok = httpx.get(path, headers={"Authorization": f"Bearer {cron_secret}"})
     assert ok.status_code == 200
-    assert set(ok.json()) == {"deleted", "deletedHashRecords", "deletedBatchClaims", "deletedCronRuns", "processedAt"}
+    assert set(ok.json()) == {
+        "deleted", "deletedHashRecords", "deletedBatchClaims", "deletedCronRuns", "deletedStreamChanges", "processedAt"
+    }  # fmt: skip
     assert httpx.get(path).status_code == 401
     assert httpx.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
 

@@ -66,7 +66,7 @@ async def test_confirm_purges_the_subject_only_and_records_counts(db) -> None:
     request = await create_data_erasure_request("user_gone", timedelta(days=30))
     purged = await confirm_data_erasure_request(request.id)
     assert purged is not None and purged.status == "purged" and purged.purged_at is not None
-    assert purged.purge_counts == {"notifications": 2, "ai_usage_ledger": 3}
+    assert purged.purge_counts == {"notifications": 2, "stream_changes": 2, "ai_usage_ledger": 3}
     assert await personal_rows(db) == (["n3"], [("l1", None), ("l2", None), ("l3", None), ("l4", "user_stays")])
     stored = await get_data_erasure_request(request.id)
     assert stored == purged

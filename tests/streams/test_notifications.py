@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from urllib.parse import quote
 
 import psycopg
 import pytest
 
+from lib.jobs.state_cleanup import cleanup_platform_state
 from lib.platform.flags import set_feature_flag
-from lib.streams.notifications import KindRead
 from tests.support.auth import session_headers
 from tests.support.functions import client_for, load_api_app
 from tests.support.servers import serve_in_thread
@@ -177,7 +176,7 @@ async def test_a_reconnect_never_sends_notifications_that_existed_when_the_first
     assert [item["id"] for item in first.events("alert.triggered")] == ["a-old"]
     assert first.events("notification.created") == []
     cursor = first.frames[-1]
-    assert cursor["event"] == "stream.cursor" and cursor["id"].endswith("|cursor|")  # moves Last-Event-ID
+    assert cursor["event"] == "stream.cursor" and cursor["id"] == first.frames[0]["id"]  # the heads
     resumed = await capture_sse(stream_url, {**owner(mint_token), "Last-Event-ID": cursor["id"]}, 0.8)
     assert resumed.events("notification.created") == [] and resumed.events("alert.triggered") == []
     # A tab taking over a shared stream resumes the same way, by query (it cannot set the header).
@@ -241,27 +240,57 @@ async def test_a_tick_without_the_database_is_skipped_and_the_stream_goes_on(
     assert '"context": "/api/notifications/events"' in capfd.readouterr().err  # the failed tick was reported
 
 
-def alert_row(row_id: str, minute: int, title: str = "Alert") -> dict:
-    return {
-        "id": row_id,
-        "rule_id": "r",
-        "story_id": f"story-{row_id}",
-        "title": title,
-        "severity": "warning",
-        "channel": "in-app",
-        "at": datetime(2026, 12, 3, 12, minute, tzinfo=UTC),
-    }
+@pytest.mark.parametrize(
+    ("last_event_id", "reason"),
+    [
+        ("garbage", "malformed"),
+        ("2026-12-04T10:00:00.000000+00:00|alert.triggered|a1", "upgraded"),
+        ("000000000000.00000000.1.0.1.1", "foreign"),
+    ],
+)
+async def test_a_cursor_that_cannot_be_trusted_gets_one_reset_then_new_rows(
+    db, stream_url: str, mint_token: Callable[..., str], last_event_id: str, reason: str
+) -> None:
+    await alert(db, "a-old", "org_a")
+
+    async def later() -> None:
+        await asyncio.sleep(0.6)
+        await alert(db, "a-new", "org_a")
+
+    writer = asyncio.create_task(later())
+    capture = await capture_sse(stream_url, {**owner(mint_token), "Last-Event-ID": last_event_id}, 1.5)
+    await writer
+    assert capture.status == 200
+    assert capture.events("stream.reset") == [{"reason": reason}] and capture.frames[0]["event"] == "stream.reset"
+    assert [(item["id"], item["initial"]) for item in capture.events("alert.triggered")] == [("a-new", False)]
 
 
-def test_a_read_builds_on_the_one_it_supersedes() -> None:
-    first = KindRead("alert.triggered", [alert_row("a2", 2), alert_row("a1", 1)])
-    second = KindRead(
-        "alert.triggered", [alert_row("a3", 3), alert_row("a2", 2, title="Edited"), alert_row("a1", 1)], first
-    )
-    events = {event.row_id: event for event in second.events}
-    assert events["a1"] is first.events[1]  # unchanged: shaped once
-    assert events["a2"].payload["title"] == "Edited"  # changed: shaped again
-    assert [event.row_id for event in second.new_events] == ["a3"]
-    assert second.unseen(first.ids) is second.new_events  # a stream that saw the read before
-    assert second.unseen(second.ids) == []
-    assert [event.row_id for event in second.unseen(frozenset({"a1"}))] == ["a3", "a2"]  # one that fell behind
+async def test_a_cursor_from_another_audience_or_past_retention_is_reset(
+    db, stream_url: str, mint_token: Callable[..., str]
+) -> None:
+    first = await capture_sse(stream_url, owner(mint_token), 0.6)
+    cursor = first.frames[-1]["id"]
+    other = await capture_sse(stream_url, {**owner(mint_token, "org_b"), "Last-Event-ID": cursor}, 0.6)
+    assert other.events("stream.reset") == [{"reason": "audience_changed"}]
+    await alert(db, "a-pruned", "org_a")
+    await db.execute("UPDATE stream_changes SET logged_at = now() - interval '8 days'")
+    await cleanup_platform_state()
+    expired = await capture_sse(stream_url, {**owner(mint_token), "Last-Event-ID": cursor}, 0.6)
+    assert expired.events("stream.reset") == [{"reason": "expired"}] and expired.events("alert.triggered") == []
+
+
+async def test_a_resume_passes_a_row_deleted_since_it_committed(
+    db, stream_url: str, mint_token: Callable[..., str], capfd: pytest.CaptureFixture[str]
+) -> None:
+    first = await capture_sse(stream_url, owner(mint_token), 0.6)
+    cursor = first.frames[-1]["id"]
+    for alert_id in ("a1", "a2", "a3"):
+        await alert(db, alert_id, "org_a")
+    await db.execute("DELETE FROM alert_history WHERE id IN ('a1', 'a3')")  # an erasure, say
+    resumed = await capture_sse(stream_url, {**owner(mint_token), "Last-Event-ID": cursor}, 0.6)
+    assert [item["id"] for item in resumed.events("alert.triggered")] == ["a2"]
+    final = resumed.frames[-1]
+    assert final["event"] == "stream.cursor" and final["id"] != resumed.frames[0]["id"]  # past a3 as well
+    again = await capture_sse(stream_url, {**owner(mint_token), "Last-Event-ID": final["id"]}, 0.6)
+    assert again.events("alert.triggered") == [] and again.events("stream.reset") == []
+    assert "Traceback" not in capfd.readouterr().err

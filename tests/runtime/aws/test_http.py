@@ -41,6 +41,7 @@ def test_cron_route_answers_through_mangum(db) -> None:
         "deletedHashRecords",
         "deletedBatchClaims",
         "deletedCronRuns",
+        "deletedStreamChanges",
         "processedAt",
     }
     refused = handler(http_api_v2_event(path, "GET", {}), None)
