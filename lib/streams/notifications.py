@@ -253,6 +253,11 @@ def _start_kind_read(
     return shared_channel_reads.start((channel, mode, limit, initial), load, window_s, (after, read_key))
 
 
+def _after(cursor: Cursor | None, channels: dict[str, str]) -> tuple[int, ...] | None:
+    """What a read for a stream at ``cursor`` reads after (``None``: it is connecting)."""
+    return None if cursor is None else tuple(cursor.positions[kind] for kind in channels)
+
+
 def start_audience_read(
     audience: Audience, cursor: Cursor | None, read_keys: dict[AudienceKey, Hashable], window_s: float
 ) -> asyncio.Future[AudienceRead]:
@@ -261,13 +266,13 @@ def start_audience_read(
     each of ``audience_keys``, ``ChangeWatch.read_keys``). Each kind is shared wider (a tenant's
     alerts by all its users) and read again only when its own channel changed."""
     channels = channels_of(audience)
-    after = None if cursor is None else tuple(cursor.positions[kind] for kind in channels)
+    after = _after(cursor, channels)
 
     async def load() -> AudienceRead:
         epoch = await activity.stream_log_epoch()
         reads = {}
         for index, (kind, channel) in enumerate(channels.items()):
-            read_key = read_keys[_channel_key(channel)] if _channel_key(channel) in read_keys else None
+            read_key = read_keys.get(_channel_key(channel))
             if after is None:
                 limit = REPLAY_LIMIT if kind in REPLAYED_KINDS else 0
                 reads[kind] = _start_kind_read(kind, channel, None, limit, read_key, window_s, initial=True)
@@ -356,7 +361,7 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
         return start_audience_read(audience, cursor, watch.read_keys(), watch.share_window_s())
 
     def wanted() -> tuple[int, ...] | None:
-        return None if cursor is None else tuple(cursor.positions[kind] for kind in channels_of(audience))
+        return _after(cursor, channels_of(audience))
 
     async with contextlib.aclosing(
         watch.reads(deadline, audience, start_read, "/api/notifications/events", user=audience.user_id)
