@@ -3,7 +3,8 @@
 // Every connection reports one of four statuses: 'connecting' | 'streaming' | 'polling' |
 // 'offline'. Unlike the system this replaces, a stream that errors shows 'polling' until it
 // is open again (a live badge over a dead stream helps nobody), replayed frames are coalesced
-// into one onRefresh, events are de-duplicated by id across reconnects, and the feed has a
+// into one onRefresh, events are de-duplicated by id across reconnects, a planned end of a
+// stream (`stream.end`) reconnects at once without leaving 'streaming', and the feed has a
 // polling fallback too.
 
 export const NOTIFICATION_EVENTS = ['alert.triggered', 'review.status.changed', 'delivery.failed', 'notification.created'];
@@ -77,10 +78,15 @@ function statusKeeper(onStatus) {
 // (broadcastElection); without BroadcastChannel each tab keeps its own EventSource.
 const CURSOR_EVENT = 'stream.cursor';
 const RESET_EVENT = 'stream.reset';
+const END_EVENT = 'stream.end';
 
+// The URL to resume `url` from `lastEventId`, replacing the one a resumed URL already carries.
 function withLastEventId(url, lastEventId) {
   if (!lastEventId) return url;
-  return `${url}${url.includes('?') ? '&' : '?'}lastEventId=${encodeURIComponent(lastEventId)}`;
+  const [path, query = ''] = url.split('?', 2);
+  const params = new URLSearchParams(query);
+  params.set('lastEventId', lastEventId);
+  return `${path}?${params}`;
 }
 
 // An election is `{ close() }`: `onLead()` runs when this tab becomes the leader, `onDemote()`
@@ -171,7 +177,67 @@ export function broadcastElection(name, onLead, onDemote) {
   };
 }
 
-export function sharedEventSourceClass(EventSourceImpl = globalThis.EventSource) {
+// A planned end is not an outage: a stream that ends as planned (its self-close, a deploy's
+// shutdown) sends `stream.end` last. Left alone, an EventSource would report an error, wait the
+// `retry`, and the badge would flip to 'polling' with a REST poll fired; instead this closes it
+// and opens the next connection at once from the last id seen, so the status stays 'streaming'.
+// Only a failed connection (error, non-200) reaches onerror.
+export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSource) {
+  if (typeof EventSourceImpl !== 'function') return EventSourceImpl;
+  return class ResumingEventSource {
+    constructor(url, init) {
+      this.url = url;
+      this.init = init;
+      this.onopen = null;
+      this.onerror = null;
+      this.lastEventId = '';
+      this.listeners = new Map();
+      this.source = null;
+      this.connect(url);
+    }
+
+    get readyState() {
+      return this.source.readyState;
+    }
+
+    connect(url) {
+      this.source = new EventSourceImpl(url, this.init);
+      this.source.onopen = (event) => this.onopen && this.onopen(event);
+      this.source.onerror = (event) => this.onerror && this.onerror(event);
+      this.source.addEventListener(CURSOR_EVENT, (event) => this.track(event));
+      this.source.addEventListener(END_EVENT, () => {
+        this.source.close();
+        this.connect(withLastEventId(this.url, this.lastEventId));
+      });
+      for (const [name, listeners] of this.listeners) this.attach(name, listeners);
+    }
+
+    track(event) {
+      if (event.lastEventId) this.lastEventId = event.lastEventId;
+    }
+
+    attach(name, listeners) {
+      this.source.addEventListener(name, (event) => {
+        this.track(event);
+        for (const listener of listeners) listener(event);
+      });
+    }
+
+    addEventListener(name, listener) {
+      if (!this.listeners.has(name)) {
+        this.listeners.set(name, []);
+        this.attach(name, this.listeners.get(name));
+      }
+      this.listeners.get(name).push(listener);
+    }
+
+    close() {
+      this.source.close();
+    }
+  };
+}
+
+export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClass()) {
   const locks = globalThis.navigator && globalThis.navigator.locks;
   if (typeof EventSourceImpl !== 'function' || typeof BroadcastChannel !== 'function') {
     return EventSourceImpl;

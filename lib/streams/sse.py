@@ -31,7 +31,10 @@ wall clock (the poll interval without push, the safety net with it), so connecti
 The self-close is a deadline, never overrun: no read starts after it (the stream closes
 instead) and a read still running at it is abandoned (``read_before`` raises
 ``StreamDeadlineReached``), so a stream ends by its self-close however slow the database is —
-within ``maxDuration``.
+within ``maxDuration``. A stream that ends as planned (its self-close, the server stopping)
+sends ``stream.end`` last, without an id: ``ermis-realtime.js`` reconnects at once from its last
+id instead of reporting an outage and waiting ``retry``; a client that ignores the event
+reconnects after ``retry`` as EventSource always does. A disconnect or a HEAD gets no such frame.
 """
 
 from __future__ import annotations

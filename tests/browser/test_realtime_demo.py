@@ -199,3 +199,36 @@ def test_three_tabs_share_one_connection_per_stream_and_lose_nothing_on_hand_ove
         time.sleep(0.2)
     assert (opened("notifications"), opened("feed")) == (1, 1)
     context.close()
+
+
+def test_a_stream_that_self_closes_stays_live_and_loses_nothing(browser: Browser, tmp_path: Path) -> None:
+    """Each self-close sends stream.end; the client reconnects at once from its last id: the badge
+    never leaves 'streaming', no poll runs, and alerts written across the reconnects arrive once."""
+    with running_dev_server(tmp_path / "self-close-dev", ERMIS_SSE_MAX_DURATION_S="1.5", **STREAM_ENV) as server:
+        page = open_demo(browser, server, sub="user_end", org_id="org_end", org_role="org:owner")
+        requests: list[str] = []
+        page.on("request", lambda request: requests.append(request.url.split("?")[0].removeprefix(server.url)))
+        expect(page.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=15_000)
+        page.evaluate(
+            """() => {
+              window.statuses = [];
+              const badge = document.querySelector('[data-testid="notifications-status"]');
+              new MutationObserver(() => window.statuses.push(badge.textContent)).observe(badge, { childList: true });
+            }"""
+        )
+        alert_ids = []
+        for number in range(12):  # 12 alerts 0.4 s apart: across three self-closes or more
+            alert_ids.append(f"end-{number}")
+            execute(
+                server,
+                "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
+                " VALUES (%s, 'org_end', 'r', %s, 'Across a reconnect', 'warning', 'in-app')",
+                (alert_ids[-1], alert_ids[-1]),
+            )
+            page.wait_for_timeout(400)
+        for alert_id in alert_ids:
+            expect(page.locator(f'li[data-event-id="{alert_id}"]')).to_have_count(1, timeout=10_000)
+        assert page.evaluate("window.statuses") == []  # not once 'polling', not even 'connecting'
+        assert requests.count("/api/notifications/events") >= 3
+        assert "/api/notifications" not in requests and "/api/feed" not in requests  # no poll fired
+        assert page.locator("li", has_text="(replay)").count() == 0
