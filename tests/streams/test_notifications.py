@@ -5,19 +5,25 @@ flag, payloads that could break a frame, and the REST fallback."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
-from collections.abc import Callable, Iterator
+import time
+import tracemalloc
+from collections.abc import AsyncIterator, Callable, Iterator
 from urllib.parse import quote
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lib.jobs.state_cleanup import cleanup_platform_state
 from lib.platform.flags import set_feature_flag
+from lib.streams.notifications import PAGE_SIZE, Audience, notification_frames
 from tests.support.auth import session_headers
 from tests.support.functions import client_for, load_api_app
 from tests.support.servers import serve_in_thread
-from tests.support.sse import capture_sse
+from tests.support.sse import SseCapture, capture_sse
 
 EVENTS = load_api_app("api/notifications/events.py")
 
@@ -294,3 +300,156 @@ async def test_a_resume_passes_a_row_deleted_since_it_committed(
     again = await capture_sse(stream_url, {**owner(mint_token), "Last-Event-ID": final["id"]}, 0.6)
     assert again.events("alert.triggered") == [] and again.events("stream.reset") == []
     assert "Traceback" not in capfd.readouterr().err
+
+
+# A writer: how many alerts it inserts, how long it waits before inserting and before committing,
+# and whether it rolls back instead.
+racing_writer = st.tuples(st.integers(1, 3), st.floats(0, 0.3), st.floats(0, 0.3), st.booleans())
+LISTENERS = {"pushed": {}, "polled": {"ERMIS_DATABASE_LISTEN_URL": "postgresql://nobody@127.0.0.1:9/none"}}
+race_examples = itertools.count()
+
+
+@pytest.mark.parametrize("listener", LISTENERS)
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    writers=st.lists(racing_writer, min_size=8, max_size=10),
+    cuts=st.lists(st.integers(1, 4), min_size=1, max_size=6),
+)
+async def test_racing_writers_and_a_client_reconnecting_anywhere_lose_and_double_nothing(
+    db, database_url: str, set_env, mint_token: Callable[..., str], listener: str, writers: list, cuts: list[int]
+) -> None:
+    """Writers overlap and commit in any order while the client drops its connection after a
+    drawn number of frames (mid-chunk, as a network change would) and resumes from the last id
+    it got: over all its connections each committed alert arrives exactly once. Pushed by NOTIFY,
+    and with the listener down (the poll alone)."""
+    set_env(ERMIS_SSE_POLL_INTERVAL_MS="100", ERMIS_SSE_MAX_DURATION_S="30", **LISTENERS[listener])
+    tenant = f"org_race_{listener}_{next(race_examples)}"
+    headers = owner(mint_token, tenant, f"user_{tenant}")
+    committed: set[str] = set()
+    delivered: list[str] = []
+
+    async def write(index: int, rows: int, before_insert: float, before_commit: float, rollback: bool) -> None:
+        async with await psycopg.AsyncConnection.connect(database_url) as conn:
+            await asyncio.sleep(before_insert)
+            ids = [f"{tenant}-w{index}-{row}" for row in range(rows)]
+            await conn.execute(
+                "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, severity, channel)"
+                " SELECT id, %s, 'r', id, 'info', 'in-app' FROM unnest(%s::text[]) AS id",
+                (tenant, ids),
+            )
+            await asyncio.sleep(before_commit)
+            if rollback and index % 3 == 0:
+                await conn.rollback()
+            else:
+                await conn.commit()
+                committed.update(ids)
+
+    with serve_in_thread(EVENTS) as url:
+        stream_url = f"{url}/api/notifications/events"
+        first = await capture_sse(stream_url, headers, 5.0, stop_after=1)  # the heads, before any write
+        last_id = first.frames[0]["id"]
+        writing = asyncio.gather(*(write(index, *plan) for index, plan in enumerate(writers)))
+        deadline = time.monotonic() + 30
+        for cut in itertools.cycle(cuts):
+            assert time.monotonic() < deadline, sorted(committed - set(delivered))
+            finished = writing.done()  # before the connection: one opened after it can see all
+            connection = await capture_sse(stream_url, {**headers, "Last-Event-ID": last_id}, 1.0, stop_after=cut)
+            assert connection.status == 200 and connection.events("stream.reset") == []
+            delivered += [item["id"] for item in connection.events("alert.triggered")]
+            last_id = next((frame["id"] for frame in reversed(connection.frames) if frame.get("id")), last_id)
+            if finished and set(delivered) >= committed:
+                break
+        await writing
+    assert sorted(delivered) == sorted(committed)
+
+
+async def test_transactions_held_open_hold_no_stream_back(
+    db, database_url: str, stream_url: str, mint_token: Callable[..., str]
+) -> None:
+    """One transaction holds a write to another table open, one an uncommitted alert of the same
+    tenant: alerts committed meanwhile reach the stream at once (a cluster-wide snapshot watermark
+    would hold them until both end), and the held alert arrives when it commits."""
+    async with (
+        await psycopg.AsyncConnection.connect(database_url) as unrelated,
+        await psycopg.AsyncConnection.connect(database_url) as same_channel,
+    ):
+        await unrelated.execute(
+            "INSERT INTO feature_flag_values (flag_key, tenant_scope_id, enabled) VALUES ('x', 'o', true)"
+        )
+        await same_channel.execute(
+            "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, severity, channel)"
+            " VALUES ('a-held', 'org_a', 'r', 'a-held', 'info', 'in-app')"
+        )
+        arrivals: dict[str, float] = {}
+        written: dict[str, float] = {}
+
+        async def write() -> None:
+            await asyncio.sleep(0.5)
+            for alert_id in ("a-1", "a-2", "a-3"):
+                written[alert_id] = time.monotonic()
+                await alert(db, alert_id, "org_a")
+                await asyncio.sleep(0.3)
+            await same_channel.commit()
+            written["a-held"] = time.monotonic()
+
+        async def read() -> SseCapture:
+            capture = SseCapture()
+            task = asyncio.create_task(capture_sse(stream_url, owner(mint_token), 3.0, stop_after=5, into=capture))
+            while not task.done():
+                for item in capture.events("alert.triggered"):
+                    arrivals.setdefault(item["id"], time.monotonic())
+                await asyncio.sleep(0.01)
+            return await task
+
+        capture, _ = await asyncio.gather(read(), write())
+        assert unrelated.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS  # open throughout
+        await unrelated.rollback()
+    assert [item["id"] for item in capture.events("alert.triggered")] == ["a-1", "a-2", "a-3", "a-held"]
+    for alert_id in ("a-1", "a-2", "a-3"):
+        assert arrivals[alert_id] - written[alert_id] < 0.25, arrivals[alert_id] - written[alert_id]
+
+
+async def send_burst(db, frames: AsyncIterator[bytes], first: int, count: int) -> tuple[int, int]:
+    """Insert ``count`` alerts in one statement and read the stream until all went out, checking
+    each as it comes (once, in order, increasing positions) and holding nothing per row, so the
+    traced peak is the stream's: (that peak, the largest chunk in frames)."""
+    await db.execute(
+        "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, severity, channel)"
+        " SELECT 'burst-' || lpad(n::text, 6, '0'), 'org_burst', 'r', n::text, 'info', 'in-app'"
+        " FROM generate_series(%s::int, %s::int) AS n",
+        (first, first + count - 1),
+    )
+    expected, last_position, largest_chunk, frame_count = first, 0, 0, 0
+    tracemalloc.start()
+    try:
+        while expected < first + count:
+            chunk = await asyncio.wait_for(anext(frames), timeout=10)
+            chunk_frames = chunk.decode().split("\r\n\r\n")[:-1]
+            largest_chunk, frame_count = max(largest_chunk, len(chunk_frames)), frame_count + len(chunk_frames)
+            for frame in chunk_frames:
+                fields = dict(line.split(": ", 1) for line in frame.splitlines() if not line.startswith(":"))
+                if fields.get("event") == "alert.triggered":
+                    assert json.loads(fields["data"])["id"] == f"burst-{expected:06}"
+                    expected += 1
+                    alerts_position = int(fields["id"].split(".")[2])  # <epoch>.<audience>.<alerts>...
+                    assert alerts_position > last_position
+                    last_position = alerts_position
+        return tracemalloc.get_traced_memory()[1], largest_chunk
+    finally:
+        tracemalloc.stop()
+
+
+async def test_ten_thousand_alerts_of_one_statement_go_out_whole_in_bounded_pages(db, set_env) -> None:
+    """The stream in-process: after one INSERT of 10,000 alerts every one goes out once, in
+    position order, in chunks of at most a page; the stream's memory meanwhile is what a burst of
+    1,000 costs — a few pages, not the burst."""
+    set_env(ERMIS_SSE_POLL_INTERVAL_MS="200", ERMIS_SSE_MAX_DURATION_S="60")
+    frames = notification_frames(Audience("user_burst", "org_burst", None), None)
+    try:
+        await anext(frames)  # connected: the cursor is the heads
+        small_peak, _ = await send_burst(db, frames, 1, 1_000)
+        peak, largest_chunk = await send_burst(db, frames, 1_001, 10_000)
+    finally:
+        await frames.aclose()
+    assert largest_chunk <= PAGE_SIZE + 1  # a page of frames and its cursor frame
+    assert peak < 1.5 * small_peak, (peak, small_peak)

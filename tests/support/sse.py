@@ -21,9 +21,16 @@ class SseCapture:
         return [json.loads(frame["data"]) for frame in self.frames if frame.get("event") == name]
 
 
-async def capture_sse(url: str, headers: dict[str, str], seconds: float, stop_after: int | None = None) -> SseCapture:
-    """Read frames for up to ``seconds`` (or until ``stop_after`` frames, or the server closes)."""
-    capture = SseCapture()
+async def capture_sse(
+    url: str,
+    headers: dict[str, str],
+    seconds: float,
+    stop_after: int | None = None,
+    into: SseCapture | None = None,
+) -> SseCapture:
+    """Read frames for up to ``seconds`` (or until ``stop_after`` frames, or the server closes),
+    into ``into`` when given, so a test can watch frames arrive while the read goes on."""
+    capture = into or SseCapture()
 
     async def read() -> None:
         async with (
