@@ -7,9 +7,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
+import random
+import subprocess
+import threading
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import psycopg
@@ -18,12 +23,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lib.jobs.state_cleanup import cleanup_platform_state
+from lib.local.paths import PROJECT_ROOT
 from lib.platform.flags import set_feature_flag
 from lib.streams.notifications import PAGE_SIZE, Audience, notification_frames
 from tests.support.auth import session_headers
+from tests.support.devserver import dev_token, running_dev_server
 from tests.support.functions import client_for, load_api_app
 from tests.support.servers import serve_in_thread
 from tests.support.sse import SseCapture, capture_sse
+from tests.support.waiting import eventually
 
 EVENTS = load_api_app("api/notifications/events.py")
 
@@ -453,3 +461,89 @@ async def test_ten_thousand_alerts_of_one_statement_go_out_whole_in_bounded_page
         await frames.aclose()
     assert largest_chunk <= PAGE_SIZE + 1  # a page of frames and its cursor frame
     assert peak < 1.5 * small_peak, (peak, small_peak)
+
+
+NODE_EVENTSOURCE = Path(
+    os.environ.get("ERMIS_NODE_EVENTSOURCE", PROJECT_ROOT / ".data/toolchain/eventsource-4.1.1/node_modules")
+)
+EVENTSOURCE_CLIENT = PROJECT_ROOT / "tests/support/eventsource_client.mjs"
+RACE_SECONDS = 60
+
+
+async def test_a_standard_eventsource_cut_at_random_while_eight_writers_race_loses_and_doubles_nothing(
+    tmp_path: Path,
+) -> None:
+    """A minute against scripts/dev: npm's `eventsource` (not our client) has its connection cut
+    after a random number of bytes — mid-frame as often as not — and reconnects by itself with
+    its Last-Event-ID, while streams self-close every few seconds and eight writers insert alerts
+    and notifications, holding each transaction open a random while and sometimes rolling back.
+    Every committed row arrives exactly once, none as a replay, and the stream never resets."""
+    assert (NODE_EVENTSOURCE / "eventsource").is_dir(), "run ./scripts/test: it installs npm's eventsource"
+    rng = random.Random()
+    seed = rng.randrange(1 << 30)
+    rng.seed(seed)
+    with running_dev_server(tmp_path / "race-dev", ERMIS_SSE_MAX_DURATION_S="7") as server:
+        token = dev_token(server, "--sub", "user_race", "--org-id", "org_race", "--org-role", "org:member")
+        client = subprocess.Popen(
+            [
+                "node",
+                str(EVENTSOURCE_CLIENT),
+                str(NODE_EVENTSOURCE),
+                f"{server.url}/api/notifications/events",
+                token,
+                "20000",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        lines: list[dict] = []
+        threading.Thread(target=lambda: [lines.append(json.loads(line)) for line in client.stdout], daemon=True).start()
+        committed: set[str] = set()
+
+        def delivered() -> list[str]:
+            return [line["id"] for line in list(lines) if "event" in line]
+
+        try:
+            assert await eventually(lambda: asyncio.sleep(0, result=bool(lines)), timeout_s=15), (
+                "the client never connected"
+            )
+            await asyncio.sleep(0.5)  # its first connection is open: what follows is news
+
+            async def write(writer: int, until: float) -> None:
+                async with await psycopg.AsyncConnection.connect(server.database_url) as conn:
+                    for number in itertools.count():
+                        if time.monotonic() > until:
+                            return
+                        row_id = f"race-{writer}-{number}"
+                        if rng.random() < 0.5:
+                            await conn.execute(
+                                "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, severity, channel)"
+                                " VALUES (%s, 'org_race', 'r', %s, 'info', 'in-app')",
+                                (row_id, row_id),
+                            )
+                        else:
+                            await conn.execute(
+                                "INSERT INTO notifications (id, user_id, title, body, type)"
+                                " VALUES (%s, 'user_race', 'T', 'B', 'system')",
+                                (row_id,),
+                            )
+                        await asyncio.sleep(rng.uniform(0, 0.4))  # open while others commit
+                        if rng.random() < 0.1:
+                            await conn.rollback()
+                        else:
+                            await conn.commit()
+                            committed.add(row_id)
+                        await asyncio.sleep(rng.uniform(0, 0.4))
+
+            until = time.monotonic() + RACE_SECONDS
+            await asyncio.gather(*(write(writer, until) for writer in range(8)))
+
+            await eventually(lambda: asyncio.sleep(0, result=set(delivered()) >= committed), timeout_s=60)
+        finally:
+            client.terminate()
+            client.wait(timeout=10)
+    events = [line for line in lines if "event" in line]
+    connections = [line for line in lines if "open" in line]
+    assert [line for line in events if line["event"] == "stream.reset" or line["initial"]] == [], seed
+    assert sorted(delivered()) == sorted(committed), (seed, len(committed), len(connections))
+    assert len(connections) >= 10, connections  # cut and resumed often, not one long connection

@@ -7,7 +7,7 @@ it always builds a copy: the files ``vercel deploy`` would upload, that is the t
 so a remote build never sees those files). The rules are applied by git, whose gitignore
 matching ``.vercelignore`` follows. The copy gets a hand-made ``.vercel/project.json`` (no login, no
 network to Vercel), and its uv cache is a link to ``.data/deploy/uv-cache`` so a second build
-finds every wheel already downloaded. The CLI is the one ``scripts/_ensure_vercel_cli.sh``
+finds every wheel already downloaded. The CLI is the one ``scripts/_ensure_node_tools.sh``
 installs (``ERMIS_VERCEL_CLI``); uv comes from ``.venv`` (``requirements-dev.txt``); Python 3.12
 is whatever ``.python-version`` selects. A missing piece raises ``ToolchainMissing`` with one
 line saying what and how to get it.
