@@ -25,7 +25,7 @@ from lib.local.upstash_rest import upstash_rest_app
 from lib.redis.client import close_redis
 from lib.runtime.after_response import wait_for_detached_work
 from lib.settings import get_settings
-from lib.streams.change_feed import stop_change_listener
+from lib.streams.listener import stop_change_listener
 from tests.support.auth import TEST_CRON_SECRET
 from tests.support.env import env_setter
 from tests.support.feeds import FeedServer

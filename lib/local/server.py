@@ -35,7 +35,7 @@ from vercel.headers import HeadersContext, headers_from_asgi_scope
 from lib.http.errors import error_response
 from lib.local.routing import discover_routes, resolve
 from lib.runtime.functions import load_function_app
-from lib.streams.change_feed import end_streams
+from lib.streams.listener import end_streams
 
 
 class VercelRouter:

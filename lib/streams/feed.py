@@ -3,7 +3,7 @@
 One event, ``feed.changed``, with the watermark that moved — ``{latestUpdatedAt, draftCount}``
 from the single aggregate over the session tenant's drafts — emitted when either field
 differs from what this connection last sent, silent otherwise; the payload is validated by its
-contract (``FeedChanged``). The stream reads when its tenant's drafts change (``change_feed``:
+contract (``FeedChanged``). The stream reads when its tenant's drafts change (``listener``:
 pushed, ``drafts|<tenant>``), on the 60 s safety net, or — when push is unavailable — every 4 s;
 reads are shared per tenant and read key. No tenant scope: 204 (nothing to
 watch; ``EventSource`` stops for good). A failed read skips the tick; the stream goes on.
@@ -23,15 +23,9 @@ from lib.auth.gates import require_session
 from lib.contracts.stream_events import FeedChanged
 from lib.platform.activity import normalize_tenant_id
 from lib.platform.editorial import list_tenant_drafts, read_draft_feed_watermark
-from lib.streams.change_feed import KEEP_ALIVE, ChangeWatch
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import (
-    KEEP_ALIVE_FRAME,
-    RETRY_MS,
-    EventStreamResponse,
-    sse_frame,
-    stream_timing,
-)
+from lib.streams.sse import KEEP_ALIVE_FRAME, RETRY_MS, EventStreamResponse, sse_frame
+from lib.streams.watch import KEEP_ALIVE, ChangeWatch, stream_timing
 
 FEED_POLL_INTERVAL_MS = 4000
 FEED_MAX_DURATION_S = 240

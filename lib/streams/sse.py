@@ -9,7 +9,7 @@ frames).
 process (issue 13): the stream runs in the request's own task, and one small task waits for the
 client's ``http.disconnect`` and then cancels the stream the way ``asyncio.timeout`` cancels at
 its deadline (the stream's ``finally`` blocks run; the cancellation ends there). Keep-alive
-``: ping`` comments come from the stream's own wait (``change_feed.ChangeWatch`` returns
+``: ping`` comments come from the stream's own wait (``watch.ChangeWatch`` returns
 ``KEEP_ALIVE`` every ``PING_SECONDS``). ``sse-starlette``'s ``EventSourceResponse`` does the same
 job with four anyio tasks, a lock and an event per connection — measured at 20 KB of the 48 KB
 Python allocates per idle stream — so only its frame encoder (``ServerSentEvent``) is used.
@@ -24,14 +24,7 @@ the one other frame: ``stream.cursor`` with ``{}``, which moves the browser's ``
 past rows it has seen without sending them; clients that do not listen for it never see it,
 and the tab that relays a stream to the others (``ermis-realtime.js``) reads the id from it.
 
-Timing: each stream has its spec interval and self-close; ``ERMIS_SSE_POLL_INTERVAL_MS`` and
-``ERMIS_SSE_MAX_DURATION_S`` override them all (tests, tuning). When a stream reads is
-``change_feed.ChangeWatch``'s to say: pushed by a change notification, or on ticks aligned to the
-wall clock (the poll interval without push, the safety net with it), so connections share reads.
-The self-close is a deadline, never overrun: no read starts after it (the stream closes
-instead) and a read still running at it is abandoned (``read_before`` raises
-``StreamDeadlineReached``), so a stream ends by its self-close however slow the database is —
-within ``maxDuration``. A stream that ends as planned (its self-close, the server stopping)
+A stream that ends as planned (its self-close, the server stopping)
 sends ``stream.end`` last, without an id: ``ermis-realtime.js`` reconnects at once from its last
 id instead of reporting an outage and waiting ``retry``; a client that ignores the event
 reconnects after ``retry`` as EventSource always does. A disconnect or a HEAD gets no such frame.
@@ -45,60 +38,19 @@ import json
 import re
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from sse_starlette import ServerSentEvent
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from lib.clock import Deadline
-from lib.settings import get_settings
-
-T = TypeVar("T")
-
 SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
 EVENT_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 RETRY_MS = 3000
-PING_SECONDS = 15
 _ID_UNSAFE = re.compile(r"[\r\n\x00]")
 CURSOR_EVENT = "stream.cursor"
 END_EVENT = "stream.end"
-
-
-@dataclass(frozen=True)
-class StreamTiming:
-    poll_interval_s: float
-    max_duration_s: float
-
-    def deadline(self) -> Deadline:
-        """When a stream opened now closes itself."""
-        return Deadline.after(self.max_duration_s)
-
-
-class StreamDeadlineReached(Exception):
-    """The stream's self-close came while it was reading: close now."""
-
-
-async def read_before(deadline: Deadline, read: asyncio.Future[T]) -> T:
-    """The result of a shared read (``SharedReads.start``), or ``StreamDeadlineReached`` when the
-    deadline comes first — the read is abandoned, never cancelled: other streams share it."""
-    if read.done():  # shared and done: most streams of a change, woken after its read (read ahead)
-        return read.result()
-    try:
-        async with asyncio.timeout(deadline.remaining()):
-            return await asyncio.shield(read)
-    except TimeoutError:
-        if deadline.passed():
-            raise StreamDeadlineReached from None
-        raise
-
-
-def stream_timing(default_poll_ms: int, default_max_s: float) -> StreamTiming:
-    settings = get_settings()
-    poll_ms = settings.ermis_sse_poll_interval_ms or default_poll_ms
-    return StreamTiming(poll_ms / 1000, settings.ermis_sse_max_duration_s or default_max_s)
 
 
 def event_body(event: str, data: Any) -> bytes | None:

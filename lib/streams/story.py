@@ -7,7 +7,7 @@ Then a ``story.phase`` snapshot ``{storyId, phase, status, updatedAt}``, and a n
 ``story.phase`` whenever phase or status changes. ``STREAM_MISS_LIMIT`` (3) consecutive
 lookups that find nothing close the stream (a story deleted or moved away stops the loop).
 Lookups never overlap: the loop awaits each before waiting again (the spec's ``pollInFlight``
-guard, by construction). A lookup runs when the tenant's drafts change (``change_feed``, pushed;
+guard, by construction). A lookup runs when the tenant's drafts change (``listener``, pushed;
 the bypass watches every tenant), on the safety net, or every 5 s when push is unavailable;
 lookups are shared per (tenant, story, read key).
 Self-closes at 290 s, under the 300 s function cap.
@@ -31,15 +31,10 @@ from lib.http.errors import ApiError
 from lib.http.routing import dynamic_segment
 from lib.platform.activity import normalize_tenant_id
 from lib.platform.editorial import find_story_draft
-from lib.streams.change_feed import ANY, KEEP_ALIVE, ChangeWatch
+from lib.streams.listener import ANY
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import (
-    KEEP_ALIVE_FRAME,
-    RETRY_MS,
-    EventStreamResponse,
-    sse_frame,
-    stream_timing,
-)
+from lib.streams.sse import KEEP_ALIVE_FRAME, RETRY_MS, EventStreamResponse, sse_frame
+from lib.streams.watch import KEEP_ALIVE, ChangeWatch, stream_timing
 
 STORY_POLL_INTERVAL_MS = 5000
 STORY_MAX_DURATION_S = 290

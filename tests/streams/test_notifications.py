@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from lib.jobs.state_cleanup import cleanup_platform_state
 from lib.local.paths import PROJECT_ROOT
 from lib.platform.flags import set_feature_flag
-from lib.streams.notifications import PAGE_SIZE, Audience, notification_frames
+from lib.streams.notification_reads import PAGE_SIZE, Audience
+from lib.streams.notifications import notification_frames
 from tests.support.auth import session_headers
 from tests.support.devserver import dev_token, running_dev_server
 from tests.support.functions import client_for, load_api_app

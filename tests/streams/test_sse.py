@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lib.contracts.stream_events import AlertTriggered, FeedChanged, parse_json_with_schema
-from lib.streams import change_feed
+from lib.streams import watch
 from lib.streams.sse import open_streams, sse_frame
 from tests.support.auth import session_headers
 from tests.support.functions import load_api_app
@@ -115,7 +115,7 @@ async def test_a_client_that_goes_is_noticed_at_once_and_head_gets_headers_only(
 async def test_an_idle_stream_sends_keep_alive_comments(
     db, feed_app, mint_token: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(change_feed, "PING_SECONDS", 0.3)
+    monkeypatch.setattr(watch, "PING_SECONDS", 0.3)
     headers = session_headers(mint_token(org_id="org_idle", org_role="org:member"))
     with serve_in_thread(feed_app) as url:
         async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None)) as client:

@@ -16,7 +16,7 @@ from lib.db.pool import close_pools
 from lib.local.server import Server
 from lib.local.services import free_port
 from lib.redis.client import close_redis
-from lib.streams.change_feed import stop_change_listener
+from lib.streams.listener import stop_change_listener
 
 
 @contextmanager

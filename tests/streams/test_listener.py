@@ -1,4 +1,4 @@
-"""Change notifications from real Postgres: a change reaches an open stream long before its poll
+"""lib.streams.listener — change notifications from real Postgres: a change reaches an open stream long before its poll
 would have; a notification for tenant B never wakes tenant A; a change starts the streams'
 shared read before it wakes them; a burst of 1,000 inserts costs at most one read per audience
 per coalescing window; and the fallback — LISTEN unavailable, its backend killed, or Postgres
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -22,62 +21,23 @@ from lib.clock import Deadline
 from lib.db.migrate import apply_migrations
 from lib.db.pool import close_pools
 from lib.local.services import EmbeddedPostgres
-from lib.streams.change_feed import (
-    COALESCE_S,
-    LISTENER_APPLICATION_NAME,
-    ChangeWatch,
-    change_listener,
-    stop_change_listener,
-    tick_phase,
-)
 from lib.streams.feed import feed_frames
+from lib.streams.listener import COALESCE_S, LISTENER_APPLICATION_NAME, change_listener, stop_change_listener
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import StreamTiming
+from lib.streams.watch import ChangeWatch, StreamTiming
 from tests.support.auth import session_headers
 from tests.support.catalogs import add_draft
 from tests.support.functions import load_api_app
+from tests.support.listener import SLOW_POLL, healthy_listener, keyed_read
 from tests.support.servers import serve_in_thread
 from tests.support.sse import capture_sse
 from tests.support.waiting import eventually
-
-SLOW_POLL = StreamTiming(poll_interval_s=20.0, max_duration_s=30.0)
-
-
-@pytest.fixture(autouse=True)
-def safety_net_out_of_the_way(set_env) -> None:
-    """A safety-net tick once a day: a wait that ends was ended by a change. (A minute's tick,
-    aligned to the clock, fell inside a test's one-second wait about once in sixty runs and
-    woke a stream nothing had changed for.) Tests of the tick set their own."""
-    set_env(ERMIS_SSE_SAFETY_POLL_S="86400")
-
-
-@pytest.fixture
-def slow_polls(set_env) -> None:
-    """Polls far slower than any test: a frame that arrives was pushed."""
-    set_env(ERMIS_SSE_POLL_INTERVAL_MS="20000", ERMIS_SSE_MAX_DURATION_S="4")
 
 
 @pytest.fixture
 def feed_url(slow_polls) -> Iterator[str]:
     with serve_in_thread(load_api_app("api/feed/events.py")) as url:
         yield f"{url}/api/feed/events"
-
-
-def keyed_read(watch: ChangeWatch) -> Callable[[], asyncio.Future]:
-    """A stream's read that answers the key it was started under."""
-
-    def start() -> asyncio.Future:
-        read = asyncio.get_running_loop().create_future()
-        read.set_result(watch.current_key())
-        return read
-
-    return start
-
-
-async def healthy_listener() -> None:
-    listener = change_listener()
-    with ChangeWatch(SLOW_POLL, ()).open():
-        assert await eventually(lambda: asyncio.sleep(0, result=listener.healthy), timeout_s=10)
 
 
 async def test_a_change_reaches_an_open_stream_long_before_its_poll(
@@ -202,33 +162,6 @@ async def test_only_a_failed_delivery_wakes_the_deliveries_of_its_tenant(db) -> 
         await deliver("failed-1", "failed")
         assert await deliveries.next_read_before(Deadline.after(5), "d", keyed_read(deliveries)) is not None
         assert await alerts.next_read_before(Deadline.after(1), "a", keyed_read(alerts)) is None  # not an alert
-
-
-async def test_a_failed_read_is_reported_skipped_and_read_again_on_the_next_change(
-    db, capsys: pytest.CaptureFixture[str]
-) -> None:
-    await healthy_listener()
-    watch = ChangeWatch(SLOW_POLL, (("drafts", "org_f"),))
-    outcomes: Iterator[BaseException | str] = iter([RuntimeError("database away"), "read again"])
-
-    def start_read() -> asyncio.Future:
-        read = asyncio.get_running_loop().create_future()
-        outcome = next(outcomes)
-        if isinstance(outcome, BaseException):
-            read.set_exception(outcome)
-        else:
-            read.set_result(outcome)
-        return read
-
-    reads = watch.reads(Deadline.after(2), "f", start_read, "/test/events", tenant="org_f")
-    following = asyncio.ensure_future(anext(reads))
-    await asyncio.sleep(0.3)
-    assert not following.done()  # the failed read was skipped: the stream waits for a reason to read
-    await add_draft(db, "org_f", "s1")
-    assert await following == "read again"
-    assert [read async for read in reads] == []  # nothing changed until its deadline: it ends
-    [reported] = [json.loads(line) for line in capsys.readouterr().err.splitlines() if "/test/events" in line]
-    assert reported["error"] == "RuntimeError: database away" and reported["tenant"] == "org_f"
 
 
 async def test_a_burst_costs_at_most_one_read_per_audience_per_window(
@@ -391,14 +324,3 @@ async def test_postgres_restarted_under_an_open_stream_it_polls_then_pushes_agai
         stream.cancel()
     reports = [line for line in capsys.readouterr().err.splitlines() if '"context": "streams:listen"' in line]
     assert len(reports) == 1  # one outage, one report, however many reconnects it took
-
-
-def test_ticks_are_shared_within_a_tenant_and_spread_across_tenants() -> None:
-    # Every stream of a tenant — whoever its user, whatever else it watches — ticks together
-    # with the others (they share reads)...
-    same_tenant = [(("alerts", "org_a"), ("user", f"user_{n}"), ("review", "org_a")) for n in range(5)]
-    assert {tick_phase(keys) for keys in same_tenant} == {tick_phase((("alerts", "org_a"),))}
-    # ...and the tenants' ticks fall all over the interval, not all at the top of the minute.
-    phases = sorted(tick_phase((("alerts", f"org_{n}"),)) for n in range(100))
-    assert phases[0] < 0.1 and phases[-1] > 0.9
-    assert max(b - a for a, b in itertools.pairwise(phases)) < 0.2

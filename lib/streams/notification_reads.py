@@ -1,0 +1,258 @@
+"""The notification stream's reads (spec: the notification stream): what an audience may see, as
+one channel of the stream log per kind, read by position and shaped into events once for every
+stream that shares the read.
+
+What a connection may see (its *audience*) is decided server-side from the session, on connect,
+as one channel of the stream log (``lib.platform.activity``) per kind (``channels_of``):
+
+- alerts and failed deliveries: the session's tenant (normalised; none without a tenant);
+- review events: the own tenant for a tenant reviewer (owner, admin), every tenant for the
+  platform reviewer (``super_admin``), and for anyone else the read is never issued;
+- notifications: the user's own.
+
+Reads are shared at two levels: a channel's page by every stream at the same position of it (a
+tenant's alerts by all its users, ``_start_kind_read``), and an audience's read of all its kinds
+by its streams at the same cursor and change (``start_audience_read``). Each row is validated by
+its contract and serialised once where it is shared (``Event.body``). A row that breaks its
+contract is dropped (reported), never sent half-formed; a row gone since it was logged is
+skipped. Only the newest read of each key is kept, so the pages of a burst are freed as they are
+passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from lib.auth.roles import can_review_all_tenants, capability_allows
+from lib.auth.sessions import Session
+from lib.clock import iso_timestamp
+from lib.contracts.stream_events import AlertTriggered, DeliveryFailed, NotificationCreated, ReviewStatusChanged
+from lib.observability import log_server_error
+from lib.platform import activity
+from lib.streams.listener import AudienceKey, audience_key
+from lib.streams.positions import Cursor
+from lib.streams.shared_reads import SharedReads
+from lib.streams.sse import event_body
+
+REPLAY_LIMIT = 20
+PAGE_SIZE = 200  # rows per kind per read: a frame chunk stays around 100 KB at most
+
+shared_audience_reads = SharedReads()
+shared_channel_reads = SharedReads()
+
+
+@dataclass(frozen=True)
+class Audience:
+    user_id: str
+    tenant: str | None
+    review_scope: str | None  # a tenant, ALL_TENANTS, or None: no review events at all
+
+
+def audience_for(session: Session) -> Audience:
+    if can_review_all_tenants(session.platform_role):
+        review_scope: str | None = activity.ALL_TENANTS
+    elif capability_allows("canReviewTenant", session.org_role, session.platform_role):
+        review_scope = session.tenant_scope_id
+    else:
+        review_scope = None
+    return Audience(session.user_id, session.tenant_scope_id, review_scope)
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    row_id: str
+    position: int
+    payload: dict[str, Any]
+
+    @functools.cached_property
+    def body(self) -> bytes | None:
+        """The frame's event and data, serialised once for every stream that sends it."""
+        return event_body(self.kind, self.payload)
+
+
+def _alert(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "ruleId": row["rule_id"],
+        "storyId": row["story_id"],
+        "title": row["title"] or "",
+        "severity": row["severity"],
+        "channel": row["channel"],
+        "deliveredAt": iso_timestamp(row["at"]),
+    }
+
+
+def _review(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "storyId": row["story_id"],
+        "headline": row["headline"] or "",
+        "action": row["action"],
+        "tenantScopeId": row["tenant_scope_id"],
+        "changedAt": iso_timestamp(row["at"]),
+    }
+
+
+def _delivery(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "deliveryId": row["delivery_id"],
+        "tenant": row["tenant_scope_id"],
+        "method": row["method"],
+        "responseCode": row["response_code"],
+        "endpoint": row["endpoint"] or "",
+        "createdAt": iso_timestamp(row["at"]),
+    }
+
+
+def _notification(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "title": row["title"] or "",
+        "body": row["body"] or "",
+        "type": row["type"],
+        "read": row["read"],
+        "createdAt": iso_timestamp(row["at"]),
+    }
+
+
+KINDS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], type[BaseModel]]] = {
+    "alert.triggered": (_alert, AlertTriggered),
+    "review.status.changed": (_review, ReviewStatusChanged),
+    "delivery.failed": (_delivery, DeliveryFailed),
+    "notification.created": (_notification, NotificationCreated),
+}
+REPLAYED_KINDS = ("alert.triggered", "review.status.changed", "delivery.failed")
+SOURCES = {
+    "alert.triggered": activity.ALERTS,
+    "review.status.changed": activity.REVIEWS,
+    "delivery.failed": activity.DELIVERIES,
+    "notification.created": activity.NOTIFICATIONS,
+}
+
+
+def to_event(kind: str, position: int, row: dict[str, Any], initial: bool) -> Event | None:
+    """``row`` as an event of ``kind``, through its contract; ``None`` (reported) if it breaks it."""
+    shape, contract = KINDS[kind]
+    try:
+        payload = contract.model_validate({**shape(row), "initial": initial}).model_dump()
+    except ValidationError as error:
+        log_server_error(
+            "/api/notifications/events",
+            f"dropped a {kind} row that breaks its contract",
+            row=row["id"],
+            problems=str(error.error_count()),
+        )
+        return None
+    return Event(kind, str(row["id"]), position, payload)
+
+
+@dataclass(frozen=True)
+class KindPage:
+    """One read of one channel, shaped once for every stream that shares it: its events (rows
+    that are gone or break their contract are skipped), the position it read up to, the
+    channel's retention horizon, and whether there may be more (a full page)."""
+
+    events: list[Event]
+    head: int
+    pruned_through: int
+    full: bool
+
+
+@dataclass(frozen=True)
+class AudienceRead:
+    """Every kind an audience reads, read after ``after`` (the cursor's positions; ``None``: the
+    connect read — the newest rows and the heads)."""
+
+    after: tuple[int, ...] | None
+    epoch: str
+    pages: dict[str, KindPage]
+
+
+@functools.lru_cache(maxsize=4096)
+def channels_of(audience: Audience) -> dict[str, str]:
+    """The channel each kind this audience may see is read from (``activity``); a kind it may not
+    see — no tenant, no review capability — has none, and its read is never issued. The same
+    (shared, not to be changed) dict for every stream of an audience."""
+    channels = {
+        "alert.triggered": activity.tenant_channel("alerts", audience.tenant),
+        "review.status.changed": activity.review_channel(audience.review_scope),
+        "delivery.failed": activity.tenant_channel("deliveries", audience.tenant),
+        "notification.created": activity.user_channel(audience.user_id),
+    }
+    return {kind: channel for kind, channel in channels.items() if channel is not None}
+
+
+@functools.lru_cache(maxsize=4096)
+def audience_keys(audience: Audience) -> tuple[AudienceKey, ...]:
+    """The change notifications this audience's reads depend on (``listener``): a channel's name
+    is its notification's ``<kind>|<value>`` (``review|*`` waits on every review value)."""
+    return tuple(dict.fromkeys(audience_key(channel) for channel in channels_of(audience).values()))
+
+
+def _start_kind_read(
+    kind: str, channel: str, after: int | None, limit: int, read_key: Hashable, window_s: float, initial: bool
+) -> asyncio.Future[KindPage]:
+    """One channel's read, shared by every stream (of every user) at the same position of it:
+    only the newest read of each is kept, so the pages of a burst are freed as they are passed."""
+    source = SOURCES[kind]
+
+    async def load() -> KindPage:
+        if after is None:
+            read = await activity.latest_in_channel(source, channel, limit)
+        else:
+            read = await activity.after_in_channel(source, channel, after, limit)
+        events = (to_event(kind, position, row, initial) for position, row in read.rows if row is not None)
+        return KindPage([e for e in events if e is not None], read.head, read.pruned_through, read.full)
+
+    mode = "latest" if after is None else "after"
+    return shared_channel_reads.start((channel, mode, limit, initial), load, window_s, (after, read_key))
+
+
+def read_after(cursor: Cursor | None, channels: dict[str, str]) -> tuple[int, ...] | None:
+    """What a read for a stream at ``cursor`` reads after (``None``: it is connecting)."""
+    return None if cursor is None else tuple(cursor.positions[kind] for kind in channels)
+
+
+def start_audience_read(
+    audience: Audience, cursor: Cursor | None, read_keys: dict[AudienceKey, Hashable], window_s: float
+) -> asyncio.Future[AudienceRead]:
+    """What a stream of ``audience`` at ``cursor`` reads now (``None``: it is connecting), shared
+    by the streams of the audience at the same cursor and change (``read_keys``: the read key of
+    each of ``audience_keys``, ``ChangeWatch.read_keys``). Each kind is shared wider (a tenant's
+    alerts by all its users) and read again only when its own channel changed."""
+    channels = channels_of(audience)
+    after = read_after(cursor, channels)
+
+    async def load() -> AudienceRead:
+        epoch = await activity.stream_log_epoch()
+        reads = {}
+        for index, (kind, channel) in enumerate(channels.items()):
+            read_key = read_keys.get(audience_key(channel))
+            if after is None:
+                limit = REPLAY_LIMIT if kind in REPLAYED_KINDS else 0
+                reads[kind] = _start_kind_read(kind, channel, None, limit, read_key, window_s, initial=True)
+            else:
+                reads[kind] = _start_kind_read(kind, channel, after[index], PAGE_SIZE, read_key, window_s, False)
+        # Started together above, awaited one by one here.
+        return AudienceRead(after, epoch, {kind: await asyncio.shield(read) for kind, read in reads.items()})
+
+    return shared_audience_reads.start(audience, load, window_s, (after, tuple(read_keys.values())))
+
+
+async def read_snapshot(audience: Audience, limit: int) -> AudienceRead:
+    """The newest ``limit`` rows of every channel the audience reads, afresh (the polling
+    fallback): its heads are the cursor a stream resumes from after it."""
+    channels = channels_of(audience)
+    epoch = await activity.stream_log_epoch()
+    reads = {  # window 0: a fresh read
+        kind: _start_kind_read(kind, channel, None, limit, None, 0, initial=False) for kind, channel in channels.items()
+    }
+    return AudienceRead(None, epoch, {kind: await asyncio.shield(read) for kind, read in reads.items()})

@@ -1,0 +1,29 @@
+"""Helpers for tests that drive ``lib.streams.listener`` and ``lib.streams.watch`` directly."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from lib.streams.listener import change_listener
+from lib.streams.watch import ChangeWatch, StreamTiming
+from tests.support.waiting import eventually
+
+SLOW_POLL = StreamTiming(poll_interval_s=20.0, max_duration_s=30.0)
+
+
+def keyed_read(watch: ChangeWatch) -> Callable[[], asyncio.Future]:
+    """A stream's read that answers the key it was started under."""
+
+    def start() -> asyncio.Future:
+        read = asyncio.get_running_loop().create_future()
+        read.set_result(watch.current_key())
+        return read
+
+    return start
+
+
+async def healthy_listener() -> None:
+    listener = change_listener()
+    with ChangeWatch(SLOW_POLL, ()).open():
+        assert await eventually(lambda: asyncio.sleep(0, result=listener.healthy), timeout_s=10)
