@@ -431,11 +431,14 @@ export function connectFeedStream(options = {}) {
     EventSourceImpl = SharedEventSource,
   } = options;
   const status = statusKeeper(onStatus);
-  let lastWatermark = null;
-  const moved = (watermark) => {
-    const key = JSON.stringify(watermark);
-    if (key === lastWatermark) return false;
-    lastWatermark = key;
+  // The feed changed when its position moved (every committed write moves it, in commit order:
+  // the frame's id, /api/feed's `position`) or its watermark did; the watermark alone stays put
+  // when a write that started earlier commits later.
+  let lastVersion = null;
+  const moved = (position, watermark) => {
+    const version = `${position}|${JSON.stringify(watermark)}`;
+    if (version === lastVersion) return false;
+    lastVersion = version;
     return true;
   };
   const polling = poller(async () => {
@@ -453,7 +456,7 @@ export function connectFeedStream(options = {}) {
         status.set('offline');
         return;
       }
-      if (body && moved(body.watermark) && onChange) onChange('UPDATE', body.watermark);
+      if (body && moved(body.position, body.watermark) && onChange) onChange('UPDATE', body.watermark);
     } catch {
       // Offline for now; the next tick tries again.
     }
@@ -467,7 +470,7 @@ export function connectFeedStream(options = {}) {
     source = openStream(EventSourceImpl, url, polling, status);
     source.addEventListener('feed.changed', (message) => {
       const watermark = parseJson(message.data);
-      if (watermark && moved(watermark) && onChange) onChange('UPDATE', watermark);
+      if (watermark && moved(message.lastEventId, watermark) && onChange) onChange('UPDATE', watermark);
     });
   }
   return handle(status, polling, () => source && source.close());

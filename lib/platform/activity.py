@@ -1,10 +1,12 @@
-"""What the notification stream and ``GET /api/notifications`` read: a user's notifications and a
-tenant's alert history, review status events and failed deliveries, by their positions in the
-stream log (migration 0012, issue 20).
+"""The stream log (migrations 0012, 0013; issue 20) and what the notification stream and ``GET
+/api/notifications`` read through it: a user's notifications and a tenant's alert history, review
+status events and failed deliveries, by their positions. The feed reads only a channel's head
+(``CHANNEL_HEAD``, ``lib.platform.editorial``).
 
 Every row of those kinds is logged in ``stream_changes`` under its *channel* — the audience
 that may see it: ``alerts|<tenant>``, ``deliveries|<tenant>``, ``review|<tenant>`` and
-``review|*`` (the platform review), ``user|<user id>`` — and gets a *position* when its
+``review|*`` (the platform review), ``user|<user id>``, and every draft write under
+``drafts|<tenant>`` — and gets a *position* when its
 transaction commits, in the order the commits become visible within the channel (the
 migration's header says how). Reads here go through the log and join the row itself: a row
 deleted since it was logged (an erasure purge) keeps its position and has no row (``None``):
@@ -107,16 +109,19 @@ def _split(rows: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any] | None]
 
 
 _HORIZON = "COALESCE((SELECT pruned_through FROM stream_channels WHERE channel = %(channel)s), 0)"
+# The head of channel %(channel)s, as an expression: the highest position visible to the statement
+# that evaluates it, or the retention horizon if that is higher. Evaluated in the same statement
+# as a read of the rows, it is exactly "every change up to here is in what was read".
+CHANNEL_HEAD = f"""GREATEST(
+    COALESCE((SELECT max(position) FROM stream_changes WHERE channel = %(channel)s AND position IS NOT NULL), 0),
+    {_HORIZON})"""
 
 
 async def latest_in_channel(source: Source, channel: str, limit: int) -> ChannelRead:
     rows = await _channel_rows(
         f"""
         SELECT h.head, h.pruned_through, c.position AS log_position, t.id IS NOT NULL AS present, {source.columns}
-        FROM (SELECT GREATEST(
-                     COALESCE((SELECT max(position) FROM stream_changes
-                               WHERE channel = %(channel)s AND position IS NOT NULL), 0), {_HORIZON}) AS head,
-                     {_HORIZON} AS pruned_through) h
+        FROM (SELECT {CHANNEL_HEAD} AS head, {_HORIZON} AS pruned_through) h
         LEFT JOIN LATERAL (SELECT position, row_id FROM stream_changes
                            WHERE channel = %(channel)s AND position IS NOT NULL
                            ORDER BY position DESC LIMIT %(limit)s) c ON TRUE

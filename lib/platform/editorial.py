@@ -3,25 +3,38 @@ fallbacks share: the tenant's draft watermark, its drafts, and one story's draft
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from lib.clock import iso_timestamp
 from lib.db.pool import connection
+from lib.platform.activity import CHANNEL_HEAD, tenant_channel
 
 MAX_FEED_DRAFTS = 200
 
 
-async def read_draft_feed_watermark(tenant_scope_id: str) -> dict[str, Any]:
-    """The spec's single aggregate: ``max(updated_at)`` and ``count(*)`` for one tenant."""
+@dataclass(frozen=True)
+class FeedWatermark:
+    """The spec's watermark — ``max(updated_at)`` and ``count(*)`` of one tenant's drafts — and
+    the position of the tenant's drafts channel in the stream log, read in one statement. The
+    position moves on every committed change, in commit order; the watermark does not when a
+    transaction that started earlier (an older ``updated_at``) commits an update later."""
+
+    payload: dict[str, Any]  # {latestUpdatedAt, draftCount}: the feed.changed contract
+    position: int
+
+
+async def read_draft_feed_watermark(tenant_scope_id: str) -> FeedWatermark:
     async with connection() as conn:
         cursor = await conn.execute(
-            "SELECT max(updated_at) AS latest, count(*)::int AS count FROM editorial_story_drafts"
-            " WHERE tenant_scope_id = %s",
-            (tenant_scope_id,),
+            f"SELECT max(updated_at) AS latest, count(*)::int AS count, {CHANNEL_HEAD} AS position"
+            " FROM editorial_story_drafts WHERE tenant_scope_id = %(tenant)s",
+            {"tenant": tenant_scope_id, "channel": tenant_channel("drafts", tenant_scope_id) or ""},
         )
         row = await cursor.fetchone()
     latest = row["latest"]
-    return {"latestUpdatedAt": iso_timestamp(latest) if latest else None, "draftCount": row["count"]}
+    payload = {"latestUpdatedAt": iso_timestamp(latest) if latest else None, "draftCount": row["count"]}
+    return FeedWatermark(payload, row["position"])
 
 
 def _draft_json(row: dict[str, Any]) -> dict[str, Any]:

@@ -1,13 +1,21 @@
 """``/api/feed/events`` (spec: the feed stream) and its fallback ``/api/feed``.
 
-One event, ``feed.changed``, with the watermark that moved — ``{latestUpdatedAt, draftCount}``
-from the single aggregate over the session tenant's drafts — emitted when either field
-differs from what this connection last sent, silent otherwise; the payload is validated by its
-contract (``FeedChanged``). The stream reads when its tenant's drafts change (``listener``:
-pushed, ``drafts|<tenant>``), on the 60 s safety net, or — when push is unavailable — every 4 s;
-reads are shared per tenant and read key. No tenant scope: 204 (nothing to
-watch; ``EventSource`` stops for good). A failed read skips the tick; the stream goes on.
-Self-closes after 240 s; the browser reconnects.
+One event, ``feed.changed``, carrying the spec's watermark — ``{latestUpdatedAt, draftCount}``
+from the single aggregate over the session tenant's drafts, validated by its contract
+(``FeedChanged``) — sent on connect and then whenever the tenant's drafts changed since the
+last frame: when the drafts channel's position in the stream log moved (every committed write
+moves it, in commit order: ``lib.platform.editorial.FeedWatermark``) or the watermark did. The
+spec compared the watermark alone, and stayed silent when a transaction that started earlier
+committed an update later (its ``updated_at`` is older than the maximum already sent, the
+count unchanged): the feed missed that change. The frame's ``id:`` is that position, and
+``/api/feed`` returns it as ``position``: a client refetches when the pair moved, whichever way
+it learnt of it.
+
+The stream reads when its tenant's drafts change (``listener``: pushed, ``drafts|<tenant>``), on
+the 60 s safety net, or — when push is unavailable — every 4 s; reads are shared per tenant and
+read key. No tenant scope: 204 (nothing to watch; ``EventSource`` stops for good). A failed
+read skips the tick; the stream goes on. Self-closes after 240 s; the browser reconnects, and
+gets the watermark at once.
 """
 
 from __future__ import annotations
@@ -22,9 +30,9 @@ from starlette.responses import JSONResponse, Response
 from lib.auth.gates import require_session
 from lib.contracts.stream_events import FeedChanged
 from lib.platform.activity import normalize_tenant_id
-from lib.platform.editorial import list_tenant_drafts, read_draft_feed_watermark
+from lib.platform.editorial import FeedWatermark, list_tenant_drafts, read_draft_feed_watermark
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import KEEP_ALIVE_FRAME, RETRY_MS, EventStreamResponse, sse_frame
+from lib.streams.sse import KEEP_ALIVE_FRAME, RETRY_MS, EventStreamResponse, event_body, with_id
 from lib.streams.watch import KEEP_ALIVE, ChangeWatch, stream_timing
 
 FEED_POLL_INTERVAL_MS = 4000
@@ -33,29 +41,20 @@ FEED_MAX_DURATION_S = 240
 shared_watermarks = SharedReads()
 
 
-def _frame(watermark: dict, retry: int | None = None) -> bytes | None:
-    return sse_frame(
-        "feed.changed",
-        FeedChanged.model_validate(watermark).model_dump(),
-        f"{watermark['latestUpdatedAt']}|{watermark['draftCount']}",
-        retry=retry,
-    )
-
-
-async def _read_and_frame(tenant_scope_id: str) -> tuple[dict, bytes | None]:
-    """The watermark and its frame, made once for every stream that shares the read."""
+async def _read_and_shape(tenant_scope_id: str) -> tuple[FeedWatermark, bytes | None]:
+    """The watermark and its frame's body, made once for every stream that shares the read."""
     watermark = await read_draft_feed_watermark(tenant_scope_id)
-    return watermark, _frame(watermark)
+    return watermark, event_body("feed.changed", FeedChanged.model_validate(watermark.payload).model_dump())
 
 
 async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
     timing = stream_timing(FEED_POLL_INTERVAL_MS, FEED_MAX_DURATION_S)
     deadline = timing.deadline()
-    last: dict | None = None
+    last: FeedWatermark | None = None
     watch = ChangeWatch(timing, (("drafts", normalize_tenant_id(tenant_scope_id)),))
 
-    def start_read() -> asyncio.Future[tuple[dict, bytes | None]]:
-        return watch.start_shared(shared_watermarks, tenant_scope_id, lambda: _read_and_frame(tenant_scope_id))
+    def start_read() -> asyncio.Future[tuple[FeedWatermark, bytes | None]]:
+        return watch.start_shared(shared_watermarks, tenant_scope_id, lambda: _read_and_shape(tenant_scope_id))
 
     async with contextlib.aclosing(
         watch.reads(deadline, ("feed", tenant_scope_id), start_read, "/api/feed/events", tenant=tenant_scope_id)
@@ -64,13 +63,11 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
             if read is KEEP_ALIVE:
                 yield KEEP_ALIVE_FRAME
                 continue
-            watermark, frame = read
-            if watermark != last:
-                if last is None:
-                    frame = _frame(watermark, RETRY_MS)  # a connection's first frame sets the retry
-                if frame is not None:
-                    yield frame
-                last = watermark
+            watermark, body = read
+            if watermark != last and body is not None:
+                # A connection's first frame sets the retry.
+                yield with_id(str(watermark.position), body, RETRY_MS if last is None else None)
+            last = watermark
 
 
 async def feed_events(request: Request) -> Response:
@@ -83,7 +80,10 @@ async def feed_events(request: Request) -> Response:
 async def feed_drafts(request: Request) -> Response:
     session = require_session(request)
     if session.tenant_scope_id is None:
-        return JSONResponse({"drafts": [], "watermark": None})
+        return JSONResponse({"drafts": [], "watermark": None, "position": None})
     tenant = session.tenant_scope_id
-    drafts, watermark = await asyncio.gather(list_tenant_drafts(tenant), read_draft_feed_watermark(tenant))
-    return JSONResponse({"drafts": drafts, "watermark": watermark})
+    # The watermark first: the drafts read after it hold every change up to its position, so a
+    # client that keys on the position never keeps a list older than the position it holds.
+    watermark = await read_draft_feed_watermark(tenant)
+    drafts = await list_tenant_drafts(tenant)
+    return JSONResponse({"drafts": drafts, "watermark": watermark.payload, "position": watermark.position})

@@ -3,7 +3,7 @@ fallback ``/api/stories/<storyId>``. Gated by ``canEditStories``.
 
 Connect: the story must be visible to the caller (its tenant, or any tenant for the
 ``super_admin`` bypass) — otherwise 404, which the client takes as "stop polling for good".
-Then a ``story.phase`` snapshot ``{storyId, phase, status, updatedAt}``, and a new
+Then a ``story.phase`` snapshot (the stream's first read) ``{storyId, phase, status, updatedAt}``, and a new
 ``story.phase`` whenever phase or status changes. ``STREAM_MISS_LIMIT`` (3) consecutive
 lookups that find nothing close the stream (a story deleted or moved away stops the loop).
 Lookups never overlap: the loop awaits each before waiting again (the spec's ``pollInFlight``
@@ -64,16 +64,17 @@ def _frame(phase: dict[str, Any], retry: int | None = None) -> bytes | None:
     return sse_frame("story.phase", phase, f"{phase['updatedAt']}|{phase['phase']}|{phase['status']}", retry=retry)
 
 
-async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) -> AsyncIterator[bytes]:
+async def story_frames(story_id: str, scope: str | None) -> AsyncIterator[bytes]:
+    """The phase snapshot from the stream's own first read, then each change of phase or status.
+    The first read is the stream's, not the request's: its read key is taken before it, so a
+    change committed after it is read again (with the request's read, a change committed between
+    that read and the stream's first wait was taken as read, and waited for the safety net)."""
     timing = stream_timing(STORY_POLL_INTERVAL_MS, STORY_MAX_DURATION_S)
     deadline = timing.deadline()
-    last = _phase(first)
-    if (frame := _frame(last, RETRY_MS)) is not None:
-        yield frame
+    last: dict[str, Any] | None = None
     misses = 0
     audience = ("drafts", ANY if scope is None else normalize_tenant_id(scope))
     watch = ChangeWatch(timing, (audience,))
-    watch.read_key()  # the first phase was read by the request itself
 
     def start_read() -> asyncio.Future[dict[str, Any] | None]:
         return watch.start_shared(shared_story_reads, (scope, story_id), lambda: find_story_draft(story_id, scope))
@@ -92,13 +93,14 @@ async def story_frames(story_id: str, scope: str | None, first: dict[str, Any]) 
                 continue
             misses = 0
             current = _phase(draft)
-            if (current["phase"], current["status"]) != (last["phase"], last["status"]):
-                last = current
-                if (frame := _frame(current)) is not None:
+            if last is None or (current["phase"], current["status"]) != (last["phase"], last["status"]):
+                if (frame := _frame(current, RETRY_MS if last is None else None)) is not None:
                     yield frame
+                last = current
 
 
 async def _visible_draft(request: Request) -> tuple[str, str | None, dict[str, Any]]:
+    """The story's id, the caller's scope and the draft — or 404 when the caller may not see it."""
     session = require_session(request)
     story_id = dynamic_segment(request, "storyId")
     scope = _scope(session)
@@ -109,8 +111,8 @@ async def _visible_draft(request: Request) -> tuple[str, str | None, dict[str, A
 
 
 async def story_events(request: Request) -> Response:
-    story_id, scope, draft = await _visible_draft(request)
-    return EventStreamResponse("story", story_frames(story_id, scope, draft))
+    story_id, scope, _ = await _visible_draft(request)
+    return EventStreamResponse("story", story_frames(story_id, scope))
 
 
 async def story_detail(request: Request) -> Response:

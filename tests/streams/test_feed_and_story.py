@@ -4,18 +4,27 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
+import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
+import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from lib.streams.feed import shared_watermarks
+from lib.platform.editorial import find_story_draft, list_tenant_drafts
+from lib.streams.feed import feed_frames, shared_watermarks
+from lib.streams.story import story_frames
 from tests.support.auth import session_headers
 from tests.support.catalogs import add_draft
 from tests.support.functions import client_for, load_api_app
 from tests.support.reliability import record
 from tests.support.servers import serve_in_thread
 from tests.support.sse import capture_sse
+from tests.support.waiting import eventually
 
 FEED_EVENTS = load_api_app("api/feed/events.py")
 STORY_EVENTS = load_api_app("api/stories/[storyId]/events.py")
@@ -140,6 +149,9 @@ async def test_rest_fallbacks(db, mint_token: Callable[..., str]) -> None:
     async with client_for(load_api_app("api/feed/index.py")) as client:
         body = (await client.get("/api/feed", headers=member)).json()
         assert [draft["storyId"] for draft in body["drafts"]] == ["s1"] and body["watermark"]["draftCount"] == 1
+        await add_draft(db, "org_a", "s3")
+        moved = (await client.get("/api/feed", headers=member)).json()
+        assert moved["position"] > body["position"]  # what the client keys its refetch on
         assert (await client.get("/api/feed")).status_code == 401
     async with client_for(load_api_app("api/stories/[storyId]/index.py")) as client:
         story = (await client.get("/api/stories/s1", headers=member)).json()
@@ -221,3 +233,85 @@ async def test_an_open_feed_stream_rides_out_a_database_restart(
     counts = [change["draftCount"] for change in capture.events("feed.changed")]
     record("faults", "database restarted under an open feed stream", injected=1, recovered=int(counts == [1, 2]))
     assert counts == [1, 2] and not capture.closed_by_server
+
+
+# A writer of one tenant's drafts: which of three stories it writes, whether it inserts a new
+# draft instead, the phase it sets, how long it waits before writing and before committing, and
+# whether it rolls back instead.
+draft_writer = st.tuples(
+    st.integers(0, 2),
+    st.booleans(),
+    st.sampled_from(["ingested", "clustered", "synthesized"]),
+    st.floats(0, 0.3),
+    st.floats(0, 0.3),
+    st.booleans(),
+)
+LISTENERS = {"pushed": {}, "polled": {"ERMIS_DATABASE_LISTEN_URL": "postgresql://nobody@127.0.0.1:9/none"}}
+draft_races = itertools.count()
+
+
+async def follow(frames: AsyncIterator[bytes], on_frame: Callable[[dict], object]) -> None:
+    """What a client does with a stream: each frame's data, handed to ``on_frame`` (awaited)."""
+    async for chunk in frames:
+        for frame in chunk.decode().split("\r\n\r\n")[:-1]:
+            fields = dict(line.split(": ", 1) for line in frame.splitlines() if not line.startswith(":"))
+            if "data" in fields:
+                await on_frame(json.loads(fields["data"]))
+
+
+@pytest.mark.parametrize("listener", LISTENERS)
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(writers=st.lists(draft_writer, min_size=8, max_size=10))
+async def test_racing_draft_writers_never_leave_the_feed_or_the_story_stale(
+    db, database_url: str, set_env, listener: str, writers: list
+) -> None:
+    """Writers update and insert a tenant's drafts in transactions that overlap and commit in any
+    order — one that started first (an older updated_at) often commits last — while a client
+    holds the feed stream and refetches the drafts on each feed.changed, and holds a story
+    stream. When the writers are done, both have caught up: the client's list is the tenant's
+    drafts and the story stream's last phase is the story's. (Before positions, the feed stayed
+    silent after a late commit that moved neither max(updated_at) nor the count.)"""
+    set_env(ERMIS_SSE_POLL_INTERVAL_MS="100", ERMIS_SSE_MAX_DURATION_S="30", **LISTENERS[listener])
+    tenant = f"org_drafts_{listener}_{next(draft_races)}"
+    for story in range(3):
+        await add_draft(db, tenant, f"s{story}")
+    feed_view: list[dict] = []
+    story_view: list[dict] = []
+
+    async def refetch(_watermark: dict) -> None:
+        feed_view[:] = await list_tenant_drafts(tenant)
+
+    async def phase(payload: dict) -> None:
+        story_view.append(payload)
+
+    async def write(index: int, story: int, insert: bool, phase: str, before: float, hold: float, rollback: bool):
+        async with await psycopg.AsyncConnection.connect(database_url) as conn:
+            await asyncio.sleep(before)
+            if insert:
+                await add_draft(conn, tenant, f"new-{index}", phase)
+            else:
+                await conn.execute(
+                    "UPDATE editorial_story_drafts SET phase = %s, headline = %s, updated_at = now()"
+                    " WHERE tenant_scope_id = %s AND story_id = %s",
+                    (phase, f"by writer {index}", tenant, f"s{story}"),
+                )
+            await asyncio.sleep(hold)
+            await (conn.rollback() if rollback and index % 3 == 0 else conn.commit())
+
+    async def caught_up() -> bool:
+        story = await find_story_draft("s0", tenant)
+        return feed_view == await list_tenant_drafts(tenant) and story_view[-1]["phase"] == story["phase"]
+
+    clients = [
+        asyncio.create_task(follow(feed_frames(tenant), refetch)),
+        asyncio.create_task(follow(story_frames("s0", tenant), phase)),
+    ]
+    try:
+        assert await eventually(lambda: asyncio.sleep(0, result=bool(feed_view and story_view)), timeout_s=5)
+        await asyncio.gather(*(write(index, *plan) for index, plan in enumerate(writers)))
+        assert await eventually(caught_up, timeout_s=3), (feed_view, story_view[-1])
+    finally:
+        for client in clients:
+            client.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await client
