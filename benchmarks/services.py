@@ -53,6 +53,16 @@ def benchmark_services() -> Iterator[tuple[str, str]]:
                 stop()
 
 
+def use_listen_url(listen_url: str | None) -> None:
+    """Where the bundle's stream listener connects from now on: ``None`` for ``DATABASE_URL``
+    (push), an unreachable URL for the polled design."""
+    if listen_url is None:
+        os.environ.pop("ERMIS_DATABASE_LISTEN_URL", None)
+    else:
+        os.environ["ERMIS_DATABASE_LISTEN_URL"] = listen_url
+    get_settings.cache_clear()
+
+
 @contextmanager
 def counting_statements() -> Iterator[Counter]:
     """Counts every query the bundle sends (psycopg's ``AsyncConnection.execute``) while open."""

@@ -25,11 +25,10 @@ from collections import Counter
 
 import psycopg
 
-from benchmarks.services import benchmark_services, counting_statements
+from benchmarks.services import benchmark_services, counting_statements, use_listen_url
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.local.paths import PROJECT_ROOT
 from lib.local.server import VercelRouter
-from lib.settings import get_settings
 from lib.streams.notification_reads import PAGE_SIZE
 from tests.support.servers import serve_in_thread
 
@@ -76,11 +75,7 @@ CLIENT = textwrap.dedent(
 
 
 def run_design(database_url: str, listen_url: str | None, private_pem: str, statements: Counter) -> dict:
-    if listen_url is None:
-        os.environ.pop("ERMIS_DATABASE_LISTEN_URL", None)
-    else:
-        os.environ["ERMIS_DATABASE_LISTEN_URL"] = listen_url
-    get_settings.cache_clear()
+    use_listen_url(listen_url)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("TRUNCATE alert_history")
     tokens = [

@@ -35,11 +35,10 @@ from collections import Counter
 import psutil
 import psycopg
 
-from benchmarks.services import benchmark_services, counting_statements
+from benchmarks.services import benchmark_services, counting_statements, use_listen_url
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.local.paths import PROJECT_ROOT
 from lib.local.server import VercelRouter
-from lib.settings import get_settings
 from tests.support.servers import serve_in_thread
 
 TENANTS = 10
@@ -140,11 +139,7 @@ def tokens(private_pem: str, connections: int) -> list[tuple[str, str]]:
 def run_design(
     database_url: str, listen_url: str | None, private_pem: str, statements: Counter, connections: int, active: bool
 ) -> dict:
-    if listen_url is None:
-        os.environ.pop("ERMIS_DATABASE_LISTEN_URL", None)
-    else:
-        os.environ["ERMIS_DATABASE_LISTEN_URL"] = listen_url
-    get_settings.cache_clear()
+    use_listen_url(listen_url)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {STREAM_TABLES}")
     server_process = psutil.Process()
