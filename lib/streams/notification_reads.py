@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -174,6 +174,9 @@ class AudienceRead:
     after: tuple[int, ...] | None
     epoch: str
     pages: dict[str, KindPage]
+    # What the streams sharing this read made of it, by what they made it for (``notifications``):
+    # the tabs of one user at one cursor send the same bytes, made once.
+    rendered: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @functools.lru_cache(maxsize=4096)

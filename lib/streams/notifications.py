@@ -60,13 +60,13 @@ class _Frames:
     """One stream's bytes: each frame's ``id:`` is the stream's cursor after it; the first frame
     of the connection also carries ``retry:``."""
 
-    def __init__(self) -> None:
-        self.first = True
+    def __init__(self, first: bool = True) -> None:
+        self.first = first
 
-    def frame(self, cursor: Cursor, body: bytes) -> bytes:
+    def frame(self, event_id: str, body: bytes) -> bytes:
         retry = RETRY_MS if self.first else None
         self.first = False
-        return with_id(cursor.event_id, body, retry)
+        return with_id(event_id, body, retry)
 
 
 def _replay(read: AudienceRead, frames: _Frames, heads: Cursor) -> bytes:
@@ -76,25 +76,35 @@ def _replay(read: AudienceRead, frames: _Frames, heads: Cursor) -> bytes:
         (event for kind in REPLAYED_KINDS if kind in read.pages for event in read.pages[kind].events),
         key=lambda event: event.position,
     )
-    return b"".join(frames.frame(heads, event.body) for event in events if event.body is not None)
+    heads_id = heads.event_id
+    return b"".join(frames.frame(heads_id, event.body) for event in events if event.body is not None)
 
 
 def _batch(read: AudienceRead, cursor: Cursor, frames: _Frames) -> tuple[bytes, Cursor, bool]:
+    """The frames of a page read for a stream at ``cursor`` (``_render_batch``), made once for
+    every stream of the audience at that cursor."""
+    key = (cursor.event_id, frames.first)
+    batch = read.rendered.get(key)
+    if batch is None:
+        batch = read.rendered[key] = _render_batch(read, cursor, _Frames(frames.first))
+    frames.first = frames.first and not batch[0]
+    return batch
+
+
+def _render_batch(read: AudienceRead, cursor: Cursor, frames: _Frames) -> tuple[bytes, Cursor, bool]:
     """The frames of a page read for a stream at ``cursor``, in position order, each with the
     cursor after it; a cursor frame if the read passed positions after the last frame (rows gone
     or dropped); the cursor at the end; whether any kind has more."""
-    chunks = []
-    events = sorted((event for page in read.pages.values() for event in page.events), key=lambda e: e.position)
-    sent = cursor
-    for event in events:
-        if event.body is not None:
-            sent = sent.moved(event.kind, event.position)
-            chunks.append(frames.frame(sent, event.body))
-    at_end = cursor
-    for kind, page in read.pages.items():
-        at_end = at_end.moved(kind, max(page.head, cursor.positions[kind]))
+    events = sorted(
+        (event for page in read.pages.values() for event in page.events if event.body is not None),
+        key=lambda e: e.position,
+    )
+    ids = cursor.ids_along((event.kind, event.position) for event in events)
+    chunks = [frames.frame(event_id, event.body) for event_id, event in zip(ids, events, strict=True)]
+    sent = cursor.moved_to({event.kind: event.position for event in events})  # the last of each kind
+    at_end = cursor.moved_to({kind: max(page.head, cursor.positions[kind]) for kind, page in read.pages.items()})
     if at_end != sent or frames.first:  # a resume's first frame, even with nothing new: its retry
-        chunks.append(frames.frame(at_end, CURSOR_BODY))
+        chunks.append(frames.frame(at_end.event_id, CURSOR_BODY))
     return b"".join(chunks), at_end, any(page.full for page in read.pages.values())
 
 
@@ -114,7 +124,7 @@ def _resume_or_reset(read: AudienceRead, audience: Audience, last_event_id: str)
 def _reset(reason: str, heads: Cursor, frames: _Frames) -> bytes:
     body = event_body(RESET_EVENT, {"reason": reason})
     assert body is not None  # a reason is plain text
-    return frames.frame(heads, body)
+    return frames.frame(heads.event_id, body)
 
 
 async def notification_frames(audience: Audience, last_event_id: str | None) -> AsyncIterator[bytes]:
@@ -154,7 +164,7 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
                     else:
                         cursor, more = heads, False
                         chunk = _reset(resumed, heads, frames) if resumed else _replay(read, frames, heads)
-                        yield chunk + frames.frame(heads, CURSOR_BODY)
+                        yield chunk + frames.frame(heads.event_id, CURSOR_BODY)
                 else:
                     chunk, cursor, more = _batch(read, cursor, frames)
                     if chunk:

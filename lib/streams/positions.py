@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
 KIND_ORDER: Final = ("alert.triggered", "review.status.changed", "delivery.failed", "notification.created")
-_CURSOR = re.compile(r"^([0-9a-f]{12})\.([0-9a-f]{8})((?:\.[0-9]{1,18}){4})$")
+_SLOT: Final = {kind: 2 + index for index, kind in enumerate(KIND_ORDER)}  # a kind's place in an id
+_CURSOR = re.compile(rf"^([0-9a-f]{{12}})\.([0-9a-f]{{8}})((?:\.[0-9]{{1,18}}){{{len(KIND_ORDER)}}})$")
 
 
 def audience_fingerprint(channels: dict[str, str]) -> str:
@@ -56,12 +58,21 @@ class Cursor:
     audience: str
     positions: dict[str, int]
 
-    def moved(self, kind: str, position: int) -> Cursor:
-        return Cursor(self.epoch, self.audience, {**self.positions, kind: position})
+    def moved_to(self, positions: dict[str, int]) -> Cursor:
+        """This cursor with the kinds of ``positions`` moved there."""
+        return Cursor(self.epoch, self.audience, {**self.positions, **positions})
 
     @property
     def event_id(self) -> str:
         return ".".join((self.epoch, self.audience, *(str(self.positions.get(kind, 0)) for kind in KIND_ORDER)))
+
+    def ids_along(self, moves: Iterable[tuple[str, int]]) -> Iterator[str]:
+        """The event id of this cursor moved by each ``(kind, position)`` in turn: the ids of a
+        page's frames, made without a cursor per frame (a burst makes a million of them)."""
+        parts = self.event_id.split(".")
+        for kind, position in moves:
+            parts[_SLOT[kind]] = str(position)
+            yield ".".join(parts)
 
 
 def parse_cursor(raw: str, epoch: str, channels: dict[str, str]) -> Cursor | str:

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sse_starlette import ServerSentEvent
 
 from lib.contracts.stream_events import AlertTriggered, FeedChanged, parse_json_with_schema
 from lib.streams import watch
@@ -42,6 +43,27 @@ def test_any_text_makes_one_well_formed_frame_or_none(text: str, event_id: str) 
     assert set(fields) == {"id", "event", "data"}
     assert json.loads(fields["data"]) == {"value": text}
     assert "\n" not in fields["id"] and "\r" not in fields["id"] and "\x00" not in fields["id"]
+
+
+@given(
+    st.text(max_size=40).filter(lambda text: "\x00" not in text),
+    st.text(max_size=100),
+    st.none() | st.integers(0, 10**6),
+)
+def test_a_frame_with_its_id_is_what_sse_starlette_writes(event_id: str, text: str, retry: int | None) -> None:
+    """``with_id`` writes the id line itself on the hot path: byte for byte sse-starlette's frame
+    (its fields in our order: id and retry first), whatever the id holds."""
+    frame = sse_frame("feed.changed", {"value": text}, event_id, retry)
+    if frame is None:
+        return
+    data = json.dumps({"value": text}, ensure_ascii=False, separators=(",", ":"))
+    data = data.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    theirs = ServerSentEvent(data=data, event="feed.changed", id=event_id).encode()
+    if retry is None:
+        assert frame == theirs
+    else:
+        head = ServerSentEvent(id=event_id, retry=retry).encode()[:-2]
+        assert frame == head + theirs[len(ServerSentEvent(id=event_id).encode()) - 2 :]
 
 
 def test_parse_json_with_schema_never_raises() -> None:
