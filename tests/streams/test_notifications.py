@@ -372,6 +372,30 @@ async def test_racing_writers_and_a_client_reconnecting_anywhere_lose_and_double
     assert sorted(delivered) == sorted(committed)
 
 
+async def test_with_notifications_lost_the_safety_net_delivers_every_row_once(
+    db, stream_url: str, mint_token: Callable[..., str], set_env
+) -> None:
+    """The listener is up but no NOTIFY comes (the alerts' notify trigger disabled, as a lost
+    notification would be): the safety-net reads, by position, still deliver each alert once."""
+    set_env(ERMIS_SSE_SAFETY_POLL_S="1", ERMIS_SSE_POLL_INTERVAL_MS="20000")
+    await db.execute("ALTER TABLE alert_history DISABLE TRIGGER alert_history_notify")
+    try:
+
+        async def write() -> None:
+            await asyncio.sleep(0.5)
+            for batch in range(5):
+                async with db.transaction():
+                    for row in range(3):
+                        await alert(db, f"quiet-{batch}-{row}", "org_a")
+                await asyncio.sleep(0.3)
+
+        capture, _ = await asyncio.gather(capture_sse(stream_url, owner(mint_token), 4.5), write())
+    finally:
+        await db.execute("ALTER TABLE alert_history ENABLE TRIGGER alert_history_notify")
+    delivered = [item["id"] for item in capture.events("alert.triggered")]
+    assert sorted(delivered) == sorted(f"quiet-{batch}-{row}" for batch in range(5) for row in range(3))
+
+
 HELD_OPEN_S = 60
 HELD_WRITES = 20
 
