@@ -235,7 +235,6 @@ def start_audience_read(
     after = read_after(cursor, channels)
 
     async def load() -> AudienceRead:
-        epoch = await activity.stream_log_epoch()
         reads = {}
         for index, (kind, channel) in enumerate(channels.items()):
             read_key = read_keys.get(audience_key(channel))
@@ -244,8 +243,7 @@ def start_audience_read(
                 reads[kind] = _start_kind_read(kind, channel, None, limit, read_key, window_s, initial=True)
             else:
                 reads[kind] = _start_kind_read(kind, channel, after[index], PAGE_SIZE, read_key, window_s, False)
-        # Started together above, awaited one by one here.
-        return AudienceRead(after, epoch, {kind: await asyncio.shield(read) for kind, read in reads.items()})
+        return await _audience_read(after, reads)
 
     return shared_audience_reads.start(audience, load, window_s, (after, tuple(read_keys.values())))
 
@@ -253,9 +251,15 @@ def start_audience_read(
 async def read_snapshot(audience: Audience, limit: int) -> AudienceRead:
     """The newest ``limit`` rows of every channel the audience reads, afresh (the polling
     fallback): its heads are the cursor a stream resumes from after it."""
-    channels = channels_of(audience)
-    epoch = await activity.stream_log_epoch()
     reads = {  # window 0: a fresh read
-        kind: _start_kind_read(kind, channel, None, limit, None, 0, initial=False) for kind, channel in channels.items()
+        kind: _start_kind_read(kind, channel, None, limit, None, 0, initial=False)
+        for kind, channel in channels_of(audience).items()
     }
-    return AudienceRead(None, epoch, {kind: await asyncio.shield(read) for kind, read in reads.items()})
+    return await _audience_read(None, reads)
+
+
+async def _audience_read(after: tuple[int, ...] | None, reads: dict[str, asyncio.Future[KindPage]]) -> AudienceRead:
+    """The kinds' reads, started together by the caller, awaited one by one here (shielded: other
+    streams share them)."""
+    epoch = await activity.stream_log_epoch()
+    return AudienceRead(after, epoch, {kind: await asyncio.shield(read) for kind, read in reads.items()})

@@ -87,7 +87,7 @@ def _batch(read: AudienceRead, cursor: Cursor, frames: _Frames) -> tuple[bytes, 
     batch = read.rendered.get(key)
     if batch is None:
         batch = read.rendered[key] = _render_batch(read, cursor, _Frames(frames.first))
-    frames.first = frames.first and not batch[0]
+    frames.first = False  # a first batch always holds a frame: its retry
     return batch
 
 
