@@ -57,10 +57,17 @@ class Settings(BaseSettings):
 
     clerk_jwt_key: SecretStr | None = None
     clerk_authorized_parties: str | None = None
+    ermis_allowed_origins: str | None = None
+    ermis_trust_forwarded_headers: bool = False
 
     ermis_sse_poll_interval_ms: int | None = None
     ermis_sse_max_duration_s: float | None = None
     ermis_sse_safety_poll_s: float = Field(default=60.0, gt=0)
+    ermis_streams_per_user: int = Field(default=12, ge=1)
+    ermis_streams_per_tenant: int = Field(default=500, ge=1)
+    ermis_stream_lease_s: float = Field(default=60.0, gt=0)
+    ermis_header_timeout_s: float = Field(default=10.0, gt=0)
+    ermis_body_timeout_s: float = Field(default=30.0, gt=0)
 
     @property
     def on_vercel(self) -> bool:
@@ -74,6 +81,16 @@ class Settings(BaseSettings):
     def sqs_queue_url(self, wire_topic: str) -> str | None:
         # One variable per topic, so read by name: the set of topics is not fixed here.
         return (os.environ.get(self.sqs_queue_url_variable(wire_topic)) or "").strip() or None
+
+    @property
+    def trusts_forwarded_headers(self) -> bool:
+        """Whether ``X-Forwarded-Host``/``-Proto`` name the request's origin (``lib.http.same_origin``)."""
+        return self.on_vercel or self.ermis_trust_forwarded_headers
+
+    @property
+    def allowed_origins(self) -> frozenset[str]:
+        raw = self.ermis_allowed_origins or ""
+        return frozenset(origin.strip().lower().rstrip("/") for origin in raw.split(",") if origin.strip())
 
     @property
     def authorized_parties(self) -> list[str]:

@@ -20,6 +20,9 @@ const FEED_POLL_MS = 4000;
 const STORY_FALLBACK_POLL_MS = 8000;
 const REFRESH_COALESCE_MS = 250;
 const STOP_FOR_GOOD = new Set([401, 403, 404]);
+const CLOSED = 2; // EventSource.CLOSED: the server refused the connection; EventSource will not retry
+const RETRY_FIRST_MS = 1000;
+const RETRY_MAX_MS = 300000;
 
 function parseJson(raw) {
   try {
@@ -182,7 +185,13 @@ export function broadcastElection(name, onLead, onDemote) {
 // `retry`, and the badge would flip to 'polling' with a REST poll fired; instead this closes it
 // and opens the next connection at once from the last id seen, so the status stays 'streaming'.
 // Only a failed connection (error, non-200) reaches onerror.
-export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSource) {
+//
+// A connection the server refused (a non-200 answer: EventSource closes it and never retries)
+// is not left closed for good, nor retried at once: a HEAD of the same URL — which claims no
+// stream slot — says why. 204, 401, 403 and 404 stay closed (the caller keeps polling); anything
+// else (429 `too_many_streams` with its Retry-After, a 5xx) is opened again after the server's
+// Retry-After or a jittered backoff doubling from 1 s to 5 min, whichever is longer.
+export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSource, fetchImpl = globalThis.fetch) {
   if (typeof EventSourceImpl !== 'function') return EventSourceImpl;
   return class ResumingEventSource {
     constructor(url, init) {
@@ -193,6 +202,9 @@ export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSourc
       this.lastEventId = '';
       this.listeners = new Map();
       this.source = null;
+      this.refusals = 0;
+      this.retryTimer = null;
+      this.closed = false;
       this.connect(url);
     }
 
@@ -202,8 +214,14 @@ export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSourc
 
     connect(url) {
       this.source = new EventSourceImpl(url, this.init);
-      this.source.onopen = (event) => this.onopen && this.onopen(event);
-      this.source.onerror = (event) => this.onerror && this.onerror(event);
+      this.source.onopen = (event) => {
+        this.refusals = 0;
+        if (this.onopen) this.onopen(event);
+      };
+      this.source.onerror = (event) => {
+        if (this.source.readyState === CLOSED) this.retryRefused();
+        if (this.onerror) this.onerror(event);
+      };
       this.source.addEventListener(CURSOR_EVENT, (event) => this.track(event));
       this.source.addEventListener(END_EVENT, () => {
         this.source.close();
@@ -231,7 +249,27 @@ export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSourc
       this.listeners.get(name).push(listener);
     }
 
+    async retryRefused() {
+      if (typeof fetchImpl !== 'function' || this.retryTimer !== null) return;
+      let response = null;
+      try {
+        response = await fetchImpl(this.url, { method: 'HEAD', credentials: 'include' });
+      } catch {
+        // Unreachable: retry after the backoff.
+      }
+      if (this.closed || (response && (response.status === 204 || STOP_FOR_GOOD.has(response.status)))) return;
+      const backoff = Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** this.refusals) * (0.5 + Math.random() / 2);
+      const retryAfter = response ? Number(response.headers.get('retry-after')) * 1000 || 0 : 0;
+      this.refusals += 1;
+      this.retryTimer = setTimeout(() => {
+        this.retryTimer = null;
+        if (!this.closed) this.connect(withLastEventId(this.url, this.lastEventId));
+      }, Math.max(backoff, retryAfter));
+    }
+
     close() {
+      this.closed = true;
+      if (this.retryTimer !== null) clearTimeout(this.retryTimer);
       this.source.close();
     }
   };

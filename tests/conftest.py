@@ -29,7 +29,9 @@ from lib.streams.listener import stop_change_listener
 from tests.support.auth import TEST_CRON_SECRET
 from tests.support.env import env_setter
 from tests.support.feeds import FeedServer
-from tests.support.reliability import write_report
+from tests.support.reliability import RELIABILITY
+from tests.support.reports import write_reports
+from tests.support.security import SECURITY
 from tests.support.servers import serve_in_thread
 
 TABLES = (
@@ -64,10 +66,11 @@ for _name in ("UPSTASH_REDIS_REST_URL", "UPSTASH_REDIS_REST_TOKEN", "SENTRY_DSN"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "reliability: records figures for RELIABILITY.md (scripts/reliability)")
+    config.addinivalue_line("markers", "security: records figures for SECURITY.md (scripts/security)")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    write_report()
+    write_reports(RELIABILITY, SECURITY)
 
 
 @pytest.fixture(scope="session")

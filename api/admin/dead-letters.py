@@ -5,12 +5,11 @@ from lib.auth.gates import surface
 from lib.endpoints.dead_letters import act_on_dead_letters, list_dead_letters
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
-from lib.http.same_origin import same_origin_json
 
 app = function_app(
     route(
         "/api/admin/dead-letters",
         GET=guarded(surface("queues"), list_dead_letters),
-        POST=guarded(surface("queues"), same_origin_json(act_on_dead_letters)),
+        POST=guarded(surface("queues"), act_on_dead_letters),
     )
 )

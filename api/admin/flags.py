@@ -4,12 +4,11 @@ from lib.auth.gates import surface
 from lib.endpoints.flags import read_flags, update_flag
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
-from lib.http.same_origin import same_origin_json
 
 app = function_app(
     route(
         "/api/admin/flags",
         GET=guarded(surface("flags"), read_flags),
-        PUT=guarded(surface("flags"), same_origin_json(update_flag)),
+        PUT=guarded(surface("flags"), update_flag),
     )
 )

@@ -5,11 +5,14 @@ A session is a Clerk session JWT signed RS256. It is verified with the PEM publi
 ``nbf`` checked with 5 s leeway, and ``azp`` checked against ``CLERK_AUTHORIZED_PARTIES`` when
 that list is set. The token comes from ``Authorization: Bearer`` or, for browsers and
 ``EventSource`` (which cannot set headers), the ``__session`` cookie. No key configured: no
-session verifies (fail closed).
+session verifies (fail closed). The claims are checked here, once: ``sub`` and the roles must be
+plain text, and ``org_id`` must be a tenant id, made canonical (``lib.auth.tenants``); a claim
+that is neither makes the session invalid (401).
 """
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -18,9 +21,11 @@ import jwt
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from starlette.requests import Request
 
+from lib.auth.tenants import InvalidTenantId, canonical_tenant_id
 from lib.settings import get_settings, secret_or_none
 
 LEEWAY_SECONDS = 5
+MAX_CLAIM_LENGTH = 200
 SESSION_COOKIE = "__session"
 
 
@@ -82,19 +87,34 @@ def verify_session_token(token: str) -> Session:
     return session_from_claims(claims)
 
 
-def session_from_claims(claims: dict[str, Any]) -> Session:
-    def text_claim(name: str) -> str | None:
-        value = claims.get(name)
-        return value.strip() if isinstance(value, str) and value.strip() else None
+def _text_claim(claims: dict[str, Any], name: str) -> str | None:
+    """A string claim, trimmed (blank or not a string: ``None``); one holding a control
+    character or a lone surrogate, or longer than ``MAX_CLAIM_LENGTH``, is no session — it
+    would otherwise reach a query, a log line or a channel name."""
+    value = claims.get(name)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    value = value.strip()
+    if len(value) > MAX_CLAIM_LENGTH or any(unicodedata.category(char) in ("Cc", "Cs") for char in value):
+        raise SessionError(f"The session's {name} claim is not a valid identifier.")
+    return value
 
-    user_id = text_claim("sub")
+
+def session_from_claims(claims: dict[str, Any]) -> Session:
+    """The session the claims describe, with the tenant in its canonical form (``lib.auth.tenants``)."""
+    user_id = _text_claim(claims, "sub")
     if user_id is None:
         raise SessionError("The session has no subject.")
+    tenant = _text_claim(claims, "org_id")
+    try:
+        tenant_scope_id = None if tenant is None else canonical_tenant_id(tenant)
+    except InvalidTenantId as error:
+        raise SessionError(f"The session's org_id claim is not a tenant id: {error}") from None
     return Session(
         user_id=user_id,
-        tenant_scope_id=text_claim("org_id"),
-        org_role=text_claim("org_role"),
-        platform_role=text_claim("platform_role"),
+        tenant_scope_id=tenant_scope_id,
+        org_role=_text_claim(claims, "org_role"),
+        platform_role=_text_claim(claims, "platform_role"),
         claims=claims,
     )
 

@@ -8,7 +8,7 @@ keyset position, so paging through the merge skips and repeats nothing. A source
 read right now (Redis not configured) is named in ``unavailable`` instead of failing the list.
 
 ``POST {"action": "redrive"|"delete", "source", "ids": [...], "reason"?}`` (``reason`` required
-to delete; same-origin JSON only) acts on each id at most once and answers ``{"action",
+to delete; JSON only) acts on each id at most once and answers ``{"action",
 "source", "results": [{"id", "outcome", "detail"?}], "auditId"}``; the action is written to the
 audit log with the session's ``sub``.
 """

@@ -3,20 +3,20 @@ and the caller's tenant-resolved ``GET /api/feature-flags`` (any session).
 
 ``PUT`` takes ``{"key", "enabled"?, "tenantScopeId"?, "clearOverride"?}``: exactly one of
 ``enabled`` (a boolean) and ``clearOverride: true``; an unknown key, a wrong type, an unknown
-field, both/neither, or a ``tenantScopeId`` over ``MAX_ID_LENGTH`` characters is a 400 naming
-the problem. A cookie can authenticate it, so it is same-origin JSON only
-(``lib.http.same_origin``), and each change is written to the operators' audit log.
+field, both/neither, or a ``tenantScopeId`` outside the tenant grammar (``lib.auth.tenants``;
+stored canonical) is a 400 naming
+the problem; a body not declared JSON is a 415. Each change is written to the operators' audit log.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from lib.auth.gates import require_session
+from lib.auth.tenants import canonical_tenant_id
 from lib.http.bodies import json_body
-from lib.http.request_limits import Identifier
 from lib.platform.flags import (
     FLAG_DEFINITIONS,
     clear_feature_flag,
@@ -32,8 +32,13 @@ class FlagUpdate(BaseModel):
 
     key: str
     enabled: StrictBool | None = None
-    tenant_scope_id: Identifier | None = Field(default=None, alias="tenantScopeId")
+    tenant_scope_id: str | None = Field(default=None, alias="tenantScopeId")
     clear_override: StrictBool = Field(default=False, alias="clearOverride")
+
+    @field_validator("tenant_scope_id")
+    @classmethod
+    def canonical_tenant(cls, value: str | None) -> str | None:
+        return None if value is None else canonical_tenant_id(value)
 
     @model_validator(mode="after")
     def one_action(self) -> FlagUpdate:

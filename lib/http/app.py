@@ -32,7 +32,7 @@ from lib.runtime.invocation import InvocationMemoMiddleware
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        return error_response(404, "not_found", f"No route for {request.url.path}.")
+        return error_response(404, "not_found", "No route for this path.")
     if exc.status_code == 405:
         allow = (exc.headers or {}).get("Allow", "")
         return error_response(405, "method_not_allowed", f"{request.method} is not served here.", allow=allow)

@@ -16,8 +16,12 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 async def json_body(request: Request, model: type[Model], code: str) -> Model:
-    """The body as ``model``; 400 ``invalid_json`` when it is not JSON, 400 ``code`` naming each
-    problem when it does not fit."""
+    """The body as ``model``: 415 ``unsupported_media_type`` unless it is declared
+    ``application/json`` (a form or ``text/plain`` body is what a cross-site page can send),
+    400 ``invalid_json`` when it is not JSON, 400 ``code`` naming each problem when it does not fit."""
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise ApiError(415, "unsupported_media_type", "The body must be sent as application/json.")
     try:
         return model.model_validate(json.loads(await request.body()))
     except json.JSONDecodeError:

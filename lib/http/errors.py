@@ -34,9 +34,10 @@ class ApiError(Exception):
 
 def error_response(status: int, code: str, message: str, **details: Any) -> JSONResponse:
     headers = {"Cache-Control": "no-store"}
-    allow = details.pop("allow", None)
-    if allow:
-        headers["Allow"] = allow
+    for detail, header in (("allow", "Allow"), ("retry_after", "Retry-After")):
+        value = details.pop(detail, None)
+        if value:
+            headers[header] = value
     return JSONResponse({"error": {"code": code, "message": message, **details}}, status, headers)
 
 

@@ -3,6 +3,9 @@ error and before any handler runs,
 
 - a path or query string carrying NUL or bytes that are not UTF-8 (400 ``invalid_request``):
   Postgres cannot store NUL in text, so such a value would otherwise become a 500 deep inside;
+  a path over ``MAX_PATH_BYTES`` or a query over ``MAX_QUERY_BYTES`` (414 ``uri_too_long``),
+  headers over ``MAX_HEADER_BYTES`` (431 ``headers_too_large``) — the same ``head_problem``
+  guards the static files of the dev server and ``scripts/serve``;
 - a body over the app's cap (413 ``body_too_large``; ``DEFAULT_MAX_BODY_BYTES``, 64 KiB — a
   queue message or a flag update is a few hundred bytes), whether announced by
   ``Content-Length`` or streamed, read once and replayed to the app;
@@ -29,6 +32,9 @@ from lib.http.errors import error_response
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 MAX_JSON_DEPTH = 32
 MAX_ID_LENGTH = 200
+MAX_PATH_BYTES = 2048  # the longest route with its ids is a few hundred bytes
+MAX_QUERY_BYTES = 8192
+MAX_HEADER_BYTES = 16 * 1024  # a session cookie is about 1 KB
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH, pattern=r"^[^\x00]+$")]
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A JSON string (skipped whole, escapes included) or a bracket; C-speed over the body.
@@ -58,11 +64,18 @@ def json_depth_exceeds(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
-def _target_problem(scope: Scope) -> str | None:
+def head_problem(scope: Scope) -> tuple[int, str, str] | None:
+    """Why the request's head (target and headers) cannot be served — ``(status, code,
+    message)`` — or ``None``."""
+    if sum(len(name) + len(value) for name, value in scope["headers"]) > MAX_HEADER_BYTES:
+        return 431, "headers_too_large", f"The headers are over {MAX_HEADER_BYTES} bytes."
     raw_path = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
-    for name, raw in (("path", unquote_to_bytes(raw_path)), ("query string", unquote_to_bytes(scope["query_string"]))):
-        if not _is_clean_text(raw):
-            return f"The {name} holds NUL or bytes that are not UTF-8."
+    targets = (("path", raw_path, MAX_PATH_BYTES), ("query string", scope["query_string"], MAX_QUERY_BYTES))
+    for name, raw, limit in targets:
+        if len(raw) > limit:
+            return 414, "uri_too_long", f"The {name} is over {limit} bytes."
+        if not _is_clean_text(unquote_to_bytes(raw)):
+            return 400, "invalid_request", f"The {name} holds NUL or bytes that are not UTF-8."
     return None
 
 
@@ -82,8 +95,8 @@ class RequestLimitsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if (problem := _target_problem(scope)) is not None:
-            await error_response(400, "invalid_request", problem)(scope, receive, send)
+        if (problem := head_problem(scope)) is not None:
+            await error_response(*problem)(scope, receive, send)
             return
         if scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, send)

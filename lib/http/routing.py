@@ -2,9 +2,11 @@
 
 ``route(path, GET=guarded(CRON_BEARER, run), POST=guarded(surface("state"), run))`` builds a
 Starlette ``Route`` whose endpoint admits the request through the method's gate, then runs the
-handler. ``ApiError`` from either becomes its JSON response. The endpoint carries a ``gates``
-map (method → gate label) that the auth-guard test reads, so an unguarded route cannot exist
-without failing CI.
+handler. Before the gate, every unsafe method meets the one same-origin rule
+(``lib.http.same_origin``): a cookie-authenticated request from another site is refused there,
+for every route by construction. ``ApiError`` from any of them becomes its JSON response.
+The endpoint carries a ``gates`` map (method → gate label) that the auth-guard test reads, so
+an unguarded route cannot exist without failing CI.
 
 Paths are the full public paths (``/api/stories/{storyId}/events``), so the same app answers
 under the dev server, on Vercel and behind Mangum. A dynamic segment is read with
@@ -25,6 +27,7 @@ from starlette.routing import Route
 from lib.auth.gates import Gate
 from lib.http.errors import ApiError
 from lib.http.request_limits import MAX_ID_LENGTH
+from lib.http.same_origin import check_same_origin
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -58,6 +61,7 @@ def route(path: str, **by_method: GatedEndpoint) -> Route:
         method = "GET" if request.method == "HEAD" else request.method
         endpoint = endpoints[method]
         try:
+            check_same_origin(request)
             await endpoint.gate.admit(request)
             return await endpoint.handler(request)
         except ApiError as error:

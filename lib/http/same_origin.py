@@ -1,54 +1,69 @@
-"""Cross-site request refusal for state-changing routes a cookie can authenticate (issue 11).
+"""The one same-origin rule for requests a browser's cookie authenticates (issue 21).
 
-A browser sends the ``__session`` cookie with any request to this origin, including one a
-hostile page makes. ``same_origin_json(handler)`` wraps a state-changing handler (the dead-letter
-actions, the flags ``PUT``) so that it runs only when:
+A browser attaches the ``__session`` cookie to every request for this site, including one a
+hostile page makes: a form ``POST``, ``fetch(url, {mode: "no-cors", method: "POST"})``,
+``navigator.sendBeacon`` — the CORS-simple requests that need no preflight, sent with any of
+the three simple content types. ``SameSite=Lax`` does not stop a sibling subdomain. So:
 
-1. the body is declared ``application/json`` — a cross-site form cannot send that without a
-   CORS preflight, which these routes never grant → otherwise 415 ``unsupported_media_type``;
-2. the request's ``Origin`` is the deployment's own (scheme and host of the request, as the
-   platform's proxy forwards them: ``x-forwarded-proto`` / ``x-forwarded-host``, else the
-   ``Host`` header) → otherwise 403 ``cross_origin_refused``. A request with no ``Origin`` is
-   refused too when ``Sec-Fetch-Site`` says it is cross-site, or when only a cookie
-   authenticates it; a bearer-token client (a script, ``curl``) needs no ``Origin``, since a
-   hostile page cannot attach the header.
+- a request is *cookie-authenticated* when it carries the session cookie and no
+  ``Authorization`` header. A page cannot add that header without a CORS preflight, which no
+  route here grants, so a bearer client (a script, ``curl``, the queue, the cron) is never
+  checked;
+- a cookie-authenticated request with any method but GET, HEAD or OPTIONS — one that changes
+  state or runs work — runs only when it comes from the site itself. With an ``Origin``, that
+  origin must be the request's own or one of ``ERMIS_ALLOWED_ORIGINS`` (``Origin: null``, sent
+  by sandboxed frames and cross-site redirects, never is). Without one, ``Sec-Fetch-Site`` must
+  say ``same-origin``; a request with neither is refused (every current browser sends
+  ``Origin`` with these methods);
+- otherwise: 403 ``cross_origin_refused`` (JSON) before the gate or the handler runs.
+
+``lib.http.routing.route`` applies ``check_same_origin`` to every method of every route, so a
+route cannot forget it (``tests/security/test_same_origin.py`` walks them all).
+
+*The request's own origin* is its scheme and host. Which headers name them is a trust decision:
+a proxy in front of the function rewrites ``Host`` and says what the client asked for in
+``X-Forwarded-Host`` / ``X-Forwarded-Proto``. Those are believed only when something we trust
+set them — on Vercel (``VERCEL=1``: the edge overwrites both on every request), or off Vercel
+when ``ERMIS_TRUST_FORWARDED_HEADERS=1`` says a proxy you run (the load balancer in front of
+``scripts/serve``) overwrites them. Otherwise the ``Host`` header and the connection's own
+scheme are the origin; a site served under another name (a TLS-terminating proxy that forwards
+``Host`` unchanged) lists its public origin in ``ERMIS_ALLOWED_ORIGINS``.
 """
 
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import Response
 
+from lib.auth.sessions import SESSION_COOKIE
 from lib.http.errors import ApiError
-from lib.http.routing import Handler
+from lib.settings import get_settings
 
-_SAME_SITE_FETCHES = {"same-origin", "none"}
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def own_origin(request: Request) -> str:
-    scheme = request.headers.get("x-forwarded-proto", request.url.scheme).split(",")[0].strip()
-    host = request.headers.get("x-forwarded-host") or request.headers.get("host", "")
-    return f"{scheme}://{host.split(',')[0].strip()}".lower()
+    """``scheme://host`` of this request, from the headers the deployment trusts."""
+    headers = request.headers
+    scheme, host = request.url.scheme, headers.get("host", "")
+    if get_settings().trusts_forwarded_headers:
+        scheme = headers.get("x-forwarded-proto", scheme).split(",")[0].strip()
+        host = headers.get("x-forwarded-host", host).split(",")[0].strip()
+    return f"{scheme}://{host}".lower()
 
 
-def check_same_origin_json(request: Request) -> None:
-    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if media_type != "application/json":
-        raise ApiError(415, "unsupported_media_type", "The body must be sent as application/json.")
-    origin = request.headers.get("origin")
-    if origin is not None:
-        if origin.lower() != own_origin(request):
-            raise ApiError(403, "cross_origin_refused", "This action is refused from another site.")
+def is_cookie_authenticated(request: Request) -> bool:
+    return SESSION_COOKIE in request.cookies and "authorization" not in request.headers
+
+
+def check_same_origin(request: Request) -> None:
+    """403 ``cross_origin_refused`` unless a cookie-authenticated unsafe request is the site's own."""
+    if request.method in SAFE_METHODS or not is_cookie_authenticated(request):
         return
-    if request.headers.get("sec-fetch-site", "same-origin") not in _SAME_SITE_FETCHES:
+    origin = request.headers.get("origin")
+    if origin is None:
+        if request.headers.get("sec-fetch-site") == "same-origin":
+            return
+        raise ApiError(403, "cross_origin_refused", "A cookie-authenticated action must come from this site.")
+    origin = origin.strip().lower().rstrip("/")
+    if origin != own_origin(request) and origin not in get_settings().allowed_origins:
         raise ApiError(403, "cross_origin_refused", "This action is refused from another site.")
-    if not request.headers.get("authorization"):
-        raise ApiError(403, "cross_origin_refused", "A cookie-authenticated action must name its Origin.")
-
-
-def same_origin_json(handler: Handler) -> Handler:
-    async def checked(request: Request) -> Response:
-        check_same_origin_json(request)
-        return await handler(request)
-
-    return checked

@@ -42,6 +42,7 @@ from vercel.queue.devserver import EmbeddedQueueDevServer, embedded_queue_dev_se
 from lib.clock import iso_timestamp
 from lib.db.migrate import apply_migrations
 from lib.jobs.schedule import CronEntry, load_crons
+from lib.local.connections import server_config
 from lib.local.dev_keys import ensure_dev_key_pair
 from lib.local.dev_sign_in import PERSONAS, sign_in_endpoint, sign_in_url, sign_out
 from lib.local.paths import PROJECT_ROOT, data_dir, dev_key_dir, session_file
@@ -121,7 +122,7 @@ async def serve(
     if bridge:
         dev_routes["/__dev/queues"] = Route("/__dev/queues", bridge.depths_endpoint)
     router = VercelRouter(PROJECT_ROOT, dev_routes)
-    servers = [Server(uvicorn.Config(router, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5))]
+    servers = [Server(server_config(router, host, port, log_level="warning", timeout_graceful_shutdown=5))]
     if upstash_port is not None:
         from lib.local.upstash_rest import upstash_rest_app
 

@@ -33,7 +33,7 @@ class FunctionRoute:
     is_index: bool = field(default=False, repr=False)
 
     def match(self, path: str) -> dict[str, str] | None:
-        parts = _split(path)
+        parts = split_path(path)
         if self.is_index and parts and parts[-1] == "index":
             parts = parts[:-1]
         if len(parts) != len(self.segments):
@@ -53,7 +53,7 @@ class FunctionRoute:
         return tuple(0 if segment else 1 for segment in self.segments)
 
 
-def _split(path: str) -> list[str]:
+def split_path(path: str) -> list[str]:
     return [part for part in path.strip("/").split("/") if part != ""]
 
 

@@ -15,9 +15,8 @@ import argparse
 import os
 import sys
 
-import uvicorn
-
 from lib.bundle import PROJECT_ROOT
+from lib.local.connections import server_config
 from lib.local.server import Server, VercelRouter
 
 REQUIRED = ("DATABASE_URL", "CLERK_JWT_KEY")
@@ -34,9 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     router = VercelRouter(PROJECT_ROOT)
     print(f"serving {len(router.routes)} functions on http://{args.host}:{args.port}", flush=True)
-    Server(
-        uvicorn.Config(router, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
-    ).run()
+    Server(server_config(router, args.host, args.port, log_level="warning", timeout_graceful_shutdown=5)).run()
     return 0
 
 

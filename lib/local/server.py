@@ -5,8 +5,11 @@ gives it (``lib.runtime.functions``), and its ``app`` receives the request uncha
 included, with dynamic segments also in the query string — what the function sees on Vercel.
 As Vercel's runtime does, the request's headers are put into ``vercel.headers``' context for
 the call, where the SDKs read them.
-Files in ``public/`` are served at the root like Vercel's static output; ``/__dev/...`` routes
-are the local runtime's own (queue depths, the development sign-in). Anything else is a 404 JSON.
+Files in ``public/`` are served at the root like Vercel's static output — GET and HEAD only (405
+otherwise), never a hidden file or one outside ``public/`` however the path was encoded;
+``/__dev/...`` routes are the local runtime's own (queue depths, the development sign-in).
+Anything else is a 404 JSON. A target the function apps would refuse (NUL, not UTF-8, over-long:
+``lib.http.request_limits.head_problem``) is refused here too, before any file is looked up.
 
 ``Server`` is uvicorn's server as the streams need it. It ends the open SSE streams when it
 stops (uvicorn would otherwise wait for them, up to their four-minute self-close, or cancel them
@@ -33,7 +36,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from vercel.headers import HeadersContext, headers_from_asgi_scope
 
 from lib.http.errors import error_response
-from lib.local.routing import discover_routes, resolve
+from lib.http.request_limits import head_problem
+from lib.local.routing import discover_routes, resolve, split_path
 from lib.runtime.functions import load_function_app
 from lib.streams.listener import end_streams
 
@@ -54,6 +58,9 @@ class VercelRouter:
             return
         if scope["type"] != "http":
             return
+        if (problem := head_problem(scope)) is not None:
+            await error_response(*problem)(scope, receive, send)
+            return
         path = scope["path"]
         if path in self.dev_routes:
             await self.dev_routes[path](scope, receive, send)
@@ -69,19 +76,29 @@ class VercelRouter:
                 await self.apps[route.file](scope, receive, send)
             return
         static = self._static_file(path)
-        if static is not None:
+        if static is None:
+            await error_response(404, "not_found", "No route or file for this path.")(scope, receive, send)
+        elif scope["method"] not in STATIC_METHODS:
+            allow = ", ".join(sorted(STATIC_METHODS))
+            await error_response(405, "method_not_allowed", "A file is only read.", allow=allow)(scope, receive, send)
+        else:
             media_type = mimetypes.guess_type(static.name)[0] or "application/octet-stream"
             await FileResponse(static, media_type=media_type)(scope, receive, send)
-            return
-        await error_response(404, "not_found", f"No route for {path}.")(scope, receive, send)
 
     def _static_file(self, path: str) -> Path | None:
         """The file under ``public/`` for ``path``; a directory serves its ``index.html``
-        (``/admin/`` and ``/admin``), as Vercel's static output does."""
-        candidate = (self.public_dir / path.lstrip("/")).resolve()
-        if candidate.is_dir():
-            candidate = candidate / "index.html"
-        if self.public_dir.resolve() not in candidate.parents or not candidate.is_file():
+        (``/admin/`` and ``/admin``), as Vercel's static output does. A segment that is ``..``,
+        hidden (``.env``) or holds a backslash never names a file, however it was encoded."""
+        segments = split_path(path)
+        if any(segment.startswith(".") or "\\" in segment for segment in segments):
+            return None
+        try:
+            candidate = self.public_dir.joinpath(*segments).resolve()
+            if candidate.is_dir():
+                candidate = candidate / "index.html"
+            if self.public_dir.resolve() not in candidate.parents or not candidate.is_file():
+                return None
+        except (OSError, ValueError):  # a name too long for the filesystem
             return None
         return candidate
 
@@ -96,6 +113,7 @@ async def _accept_lifespan(receive: Receive, send: Send) -> None:
             return
 
 
+STATIC_METHODS = frozenset({"GET", "HEAD"})
 FULL_COLLECTION_EVERY = 100  # middle-generation passes per full pass (CPython: 10)
 
 

@@ -20,8 +20,8 @@ the reader skips it without an error.
   deleted by the state cleanup (``prune_stream_changes_batch``, after ``RETENTION_DAYS``), so a
   cursor below it may have missed rows — the stream says so instead of skipping them.
 
-Tenants are compared normalised — ``normalize_tenant_id``: trim, then lower case — on both
-sides, as the migration's triggers write the channels; a blank tenant never matches (the read is
+Tenants are compared normalised — ``lib.auth.tenants.normalize_tenant_id``: trim, then lower
+case — on both sides, as the migration's triggers write the channels; a blank tenant never matches (the read is
 not even made). ``ALL_TENANTS`` names the platform review (every tenant's events).
 """
 
@@ -30,16 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from lib.auth.tenants import normalize_tenant_id
 from lib.db.pool import connection
 from lib.settings import get_settings, secret_or_none
 
 ALL_TENANTS: Final = "*"
 RETENTION_DAYS: Final = 7
 CHANNEL_VALUE_MAX = 200  # the triggers cut a channel's tenant or user id here, and so do readers
-
-
-def normalize_tenant_id(tenant_scope_id: str | None) -> str:
-    return (tenant_scope_id or "").strip().lower()
 
 
 @dataclass(frozen=True)

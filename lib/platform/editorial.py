@@ -1,11 +1,13 @@
 """Reads over ``editorial_story_drafts`` that the feed and story streams and their REST
-fallbacks share: the tenant's draft watermark, its drafts, and one story's draft."""
+fallbacks share: the tenant's draft watermark, its drafts, and one story's draft. The tenant is
+the session's canonical id (``lib.auth.tenants``), matched against each row's normalised one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from lib.auth.tenants import STORED_TENANT
 from lib.clock import iso_timestamp
 from lib.db.pool import connection
 from lib.platform.activity import CHANNEL_HEAD, tenant_channel
@@ -28,7 +30,7 @@ async def read_draft_feed_watermark(tenant_scope_id: str) -> FeedWatermark:
     async with connection() as conn:
         cursor = await conn.execute(
             f"SELECT max(updated_at) AS latest, count(*)::int AS count, {CHANNEL_HEAD} AS position"
-            " FROM editorial_story_drafts WHERE tenant_scope_id = %(tenant)s",
+            f" FROM editorial_story_drafts WHERE {STORED_TENANT} = %(tenant)s",
             {"tenant": tenant_scope_id, "channel": tenant_channel("drafts", tenant_scope_id) or ""},
         )
         row = await cursor.fetchone()
@@ -54,7 +56,7 @@ def _draft_json(row: dict[str, Any]) -> dict[str, Any]:
 async def list_tenant_drafts(tenant_scope_id: str, limit: int = MAX_FEED_DRAFTS) -> list[dict[str, Any]]:
     async with connection() as conn:
         cursor = await conn.execute(
-            "SELECT * FROM editorial_story_drafts WHERE tenant_scope_id = %s ORDER BY updated_at DESC, id LIMIT %s",
+            f"SELECT * FROM editorial_story_drafts WHERE {STORED_TENANT} = %s ORDER BY updated_at DESC, id LIMIT %s",
             (tenant_scope_id, limit),
         )
         return [_draft_json(row) for row in await cursor.fetchall()]
@@ -70,7 +72,7 @@ async def find_story_draft(story_id: str, tenant_scope_id: str | None) -> dict[s
             )
         else:
             cursor = await conn.execute(
-                "SELECT * FROM editorial_story_drafts WHERE story_id = %s AND tenant_scope_id = %s",
+                f"SELECT * FROM editorial_story_drafts WHERE story_id = %s AND {STORED_TENANT} = %s",
                 (story_id, tenant_scope_id),
             )
         row = await cursor.fetchone()

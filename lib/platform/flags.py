@@ -5,13 +5,16 @@ Each flag has a default; an operator can set a global value and per-tenant overr
 override, else the global value, else the default. Reads are one query for all flags, made
 once per invocation (``lib.runtime.invocation``): a flag flipped mid-request takes effect on
 the next one.
-``set_feature_flag`` / ``clear_feature_flag`` are what ``PUT /api/admin/flags`` calls.
+``set_feature_flag`` / ``clear_feature_flag`` are what ``PUT /api/admin/flags`` calls; the
+tenant they are given is canonical (``lib.auth.tenants``), and an override is matched by its
+normalised tenant, as every tenant read is.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lib.auth.tenants import STORED_TENANT
 from lib.db.pool import connection
 from lib.runtime.invocation import invocation_memo
 
@@ -72,7 +75,7 @@ async def resolve_feature_flags(tenant_scope_id: str | None = None) -> dict[str,
     async with connection() as conn:
         cursor = await conn.execute(
             "SELECT flag_key, tenant_scope_id, enabled FROM feature_flag_values"
-            " WHERE tenant_scope_id = '' OR tenant_scope_id = %s ORDER BY tenant_scope_id",
+            f" WHERE tenant_scope_id = '' OR {STORED_TENANT} = %s ORDER BY tenant_scope_id",
             (tenant_scope_id or "",),
         )
         # Global rows sort first (''), so a tenant override written after them wins.
@@ -113,7 +116,8 @@ async def clear_feature_flag(key: str, tenant_scope_id: str | None = None) -> bo
     _check_key(key)
     async with connection() as conn:
         cursor = await conn.execute(
-            "DELETE FROM feature_flag_values WHERE flag_key = %s AND tenant_scope_id = %s", (key, tenant_scope_id or "")
+            f"DELETE FROM feature_flag_values WHERE flag_key = %s AND {STORED_TENANT} = %s",
+            (key, tenant_scope_id or ""),
         )
         return cursor.rowcount > 0
 

@@ -29,10 +29,10 @@ from starlette.responses import JSONResponse, Response
 
 from lib.auth.gates import require_session
 from lib.contracts.stream_events import FeedChanged
-from lib.platform.activity import normalize_tenant_id
 from lib.platform.editorial import FeedWatermark, list_tenant_drafts, read_draft_feed_watermark
+from lib.streams.limits import limited_stream
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import KEEP_ALIVE_FRAME, RETRY_MS, EventStreamResponse, event_body, with_id
+from lib.streams.sse import KEEP_ALIVE_FRAME, RETRY_MS, event_body, with_id
 from lib.streams.watch import KEEP_ALIVE, ChangeWatch, stream_timing
 
 FEED_POLL_INTERVAL_MS = 4000
@@ -51,7 +51,7 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
     timing = stream_timing(FEED_POLL_INTERVAL_MS, FEED_MAX_DURATION_S)
     deadline = timing.deadline()
     last: FeedWatermark | None = None
-    watch = ChangeWatch(timing, (("drafts", normalize_tenant_id(tenant_scope_id)),))
+    watch = ChangeWatch(timing, (("drafts", tenant_scope_id),))
 
     def start_read() -> asyncio.Future[tuple[FeedWatermark, bytes | None]]:
         return watch.start_shared(shared_watermarks, tenant_scope_id, lambda: _read_and_shape(tenant_scope_id))
@@ -74,7 +74,7 @@ async def feed_events(request: Request) -> Response:
     session = require_session(request)
     if session.tenant_scope_id is None:
         return Response(status_code=204)
-    return EventStreamResponse("feed", feed_frames(session.tenant_scope_id))
+    return await limited_stream(request, session, "feed", feed_frames(session.tenant_scope_id))
 
 
 async def feed_drafts(request: Request) -> Response:

@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from lib.auth.gates import require_session
 from lib.platform import activity
 from lib.platform.flags import resolve_feature_flags
+from lib.streams.limits import limited_stream
 from lib.streams.notification_reads import (
     REPLAYED_KINDS,
     Audience,
@@ -44,7 +45,7 @@ from lib.streams.notification_reads import (
 )
 from lib.streams.positions import Cursor, audience_fingerprint, parse_cursor
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import CURSOR_BODY, KEEP_ALIVE_FRAME, RETRY_MS, EventStreamResponse, event_body, with_id
+from lib.streams.sse import CURSOR_BODY, KEEP_ALIVE_FRAME, RETRY_MS, event_body, with_id
 from lib.streams.watch import KEEP_ALIVE, ChangeWatch, stream_timing
 
 NOTIFICATIONS_POLL_INTERVAL_MS = 5000
@@ -183,7 +184,7 @@ async def notification_events(request: Request) -> Response:
     # A tab taking over a shared stream (ermis-realtime.js) cannot set the header: it passes
     # the id it resumes from as ?lastEventId=.
     resume = request.headers.get("last-event-id") or request.query_params.get("lastEventId")
-    return EventStreamResponse("notifications", notification_frames(audience_for(session), resume))
+    return await limited_stream(request, session, "notifications", notification_frames(audience_for(session), resume))
 
 
 async def notifications_snapshot(request: Request) -> Response:

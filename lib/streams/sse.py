@@ -37,7 +37,7 @@ import contextlib
 import json
 import re
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
@@ -130,12 +130,15 @@ class _EndsOnDisconnect:
 
 class EventStreamResponse(Response):
     """``text/event-stream`` of ``frames`` (bytes) until they end or the client goes; HEAD
-    gets the headers only. Counted in ``open_streams`` under ``name`` while it runs."""
+    gets the headers only. Counted in ``open_streams`` under ``name`` while it runs; ``on_end``
+    (the stream's slot release, ``lib.streams.limits``) is awaited when it stops, however it stops."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, name: str, frames: AsyncIterator[bytes]) -> None:
-        self.name, self.frames = name, frames
+    def __init__(
+        self, name: str, frames: AsyncIterator[bytes], on_end: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        self.name, self.frames, self.on_end = name, frames, on_end
         self.status_code, self.background = 200, None
         self.init_headers(SSE_HEADERS)
 
@@ -150,6 +153,8 @@ class EventStreamResponse(Response):
                             await send({"type": "http.response.body", "body": frame, "more_body": True})
                 finally:
                     open_streams[self.name] -= 1
+                    if self.on_end is not None:
+                        await self.on_end()
                 if connection.disconnected:
                     return
                 await send({"type": "http.response.body", "body": END_FRAME, "more_body": True})

@@ -29,11 +29,11 @@ from lib.auth.sessions import Session
 from lib.contracts.stream_events import StoryPhase
 from lib.http.errors import ApiError
 from lib.http.routing import dynamic_segment
-from lib.platform.activity import normalize_tenant_id
 from lib.platform.editorial import find_story_draft
+from lib.streams.limits import limited_stream
 from lib.streams.listener import ANY
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import KEEP_ALIVE_FRAME, RETRY_MS, EventStreamResponse, sse_frame
+from lib.streams.sse import KEEP_ALIVE_FRAME, RETRY_MS, sse_frame
 from lib.streams.watch import KEEP_ALIVE, ChangeWatch, stream_timing
 
 STORY_POLL_INTERVAL_MS = 5000
@@ -73,7 +73,7 @@ async def story_frames(story_id: str, scope: str | None) -> AsyncIterator[bytes]
     deadline = timing.deadline()
     last: dict[str, Any] | None = None
     misses = 0
-    audience = ("drafts", ANY if scope is None else normalize_tenant_id(scope))
+    audience = ("drafts", ANY if scope is None else scope)
     watch = ChangeWatch(timing, (audience,))
 
     def start_read() -> asyncio.Future[dict[str, Any] | None]:
@@ -112,7 +112,7 @@ async def _visible_draft(request: Request) -> tuple[str, str | None, dict[str, A
 
 async def story_events(request: Request) -> Response:
     story_id, scope, _ = await _visible_draft(request)
-    return EventStreamResponse("story", story_frames(story_id, scope))
+    return await limited_stream(request, require_session(request), "story", story_frames(story_id, scope))
 
 
 async def story_detail(request: Request) -> Response:

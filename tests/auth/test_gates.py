@@ -14,6 +14,7 @@ from lib.auth.roles import PLATFORM_ROLES, SURFACE_ROLES
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
 from tests.support.auth import cron_headers, session_headers
+from tests.support.contract import SURFACE_ROLES as EXPECTED_SURFACES
 from tests.support.functions import client_for
 
 
@@ -21,16 +22,6 @@ async def who(request: Request) -> Response:
     session = getattr(request.state, "session", None)
     return JSONResponse({"user": session.user_id if session else None})
 
-
-EXPECTED_SURFACES = {
-    "rss": {"super_admin", "ops"},
-    "metering": {"super_admin", "billing"},
-    "ledger": {"super_admin", "billing", "ops"},
-    "state": {"super_admin", "ops"},
-    "erasure": {"super_admin", "compliance"},
-    "queues": {"super_admin", "ops"},
-    "flags": {"super_admin"},
-}
 
 app = function_app(
     *(route(f"/surface/{name}", GET=guarded(surface(name), who)) for name in SURFACE_ROLES),

@@ -1,7 +1,7 @@
 """/api/admin/dead-letters and /api/admin/audit: the three sources of stuck work in one list,
 redrive and delete acting once per entry under concurrent requests, the audit trail, paging
-through the merged list, validation, and the cross-site refusals of a cookie-authenticated
-action."""
+through the merged list and validation. The cross-site refusals of a cookie-authenticated
+action are in ``tests/security/test_same_origin.py``."""
 
 from __future__ import annotations
 
@@ -283,58 +283,3 @@ async def test_only_the_queues_surface_sees_or_acts(db, redis, mint_token: Calla
         member = session_headers(mint_token(org_id="org_a", org_role="org:owner"))
         assert (await http.get(PATH, headers=member)).status_code == 403
         assert (await audit.get("/api/admin/audit?limit=0", headers=operator(mint_token))).status_code == 400
-
-
-class TestCrossSiteRequests:
-    """What a hostile page can make a signed-in operator's browser send, refused; and the
-    operator's own page (same origin) accepted."""
-
-    OWN = "http://function.test"
-
-    @pytest.fixture
-    def cookie(self, mint_token: Callable[..., str]) -> dict[str, str]:
-        return {"cookie": f"__session={mint_token(platform_role='super_admin', sub='user_admin')}"}
-
-    @pytest.mark.parametrize(
-        "headers",
-        [
-            {"origin": "https://evil.example", "content-type": "application/json"},
-            {"origin": "null", "content-type": "application/json"},
-            {"content-type": "application/json", "sec-fetch-site": "cross-site"},
-            {"content-type": "application/json"},  # a cookie alone, no Origin: refused
-        ],
-    )
-    async def test_refused(self, db, redis, cookie: dict[str, str], headers: dict[str, str]) -> None:
-        body = json.dumps({"action": "delete", "source": "metering", "ids": ["1"], "reason": "x"})
-        flag = json.dumps({"key": "rssQueuePipeline", "enabled": True})
-        async with client_for(DEAD_LETTERS) as http, client_for(load_api_app("api/admin/flags.py")) as flags:
-            refused = await http.post(PATH, headers={**cookie, **headers}, content=body)
-            flag_refused = await flags.put("/api/admin/flags", headers={**cookie, **headers}, content=flag)
-        for response in (refused, flag_refused):
-            assert response.status_code == 403 and response.json()["error"]["code"] == "cross_origin_refused"
-        assert (await (await db.execute("SELECT count(*) FROM feature_flag_values")).fetchone())[0] == 0
-
-    @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
-    async def test_a_body_that_is_not_json_is_415(self, db, redis, cookie: dict[str, str], content_type: str) -> None:
-        headers = {**cookie, "origin": self.OWN, "content-type": content_type}
-        async with client_for(DEAD_LETTERS) as http, client_for(load_api_app("api/admin/flags.py")) as flags:
-            body = '{"action": "delete", "source": "metering", "ids": ["1"], "reason": "x"}'
-            assert (await http.post(PATH, headers=headers, content=body)).status_code == 415
-            flag = '{"key": "rssQueuePipeline", "enabled": true}'
-            assert (await flags.put("/api/admin/flags", headers=headers, content=flag)).status_code == 415
-
-    async def test_the_own_origin_is_accepted(self, db, redis, cookie: dict[str, str]) -> None:
-        headers = {**cookie, "origin": self.OWN, "content-type": "application/json"}
-        async with client_for(load_api_app("api/admin/flags.py")) as flags:
-            response = await flags.put(
-                "/api/admin/flags", headers=headers, json={"key": "rssQueuePipeline", "enabled": True}
-            )
-            behind_proxy = await flags.put(
-                "/api/admin/flags",
-                headers={**headers, "origin": "https://ermis.example", "x-forwarded-host": "ermis.example",
-                         "x-forwarded-proto": "https"},
-                json={"key": "rssQueuePipeline", "enabled": False},
-            )  # fmt: skip
-        assert response.status_code == 200 and behind_proxy.status_code == 200
-        rows = await (await db.execute("SELECT actor, action, target_ids FROM ops_audit_log ORDER BY id")).fetchall()
-        assert [tuple(row) for row in rows] == [("user_admin", "flag.set", ["rssQueuePipeline"])] * 2

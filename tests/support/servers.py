@@ -9,10 +9,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import uvicorn
 from starlette.types import ASGIApp
 
 from lib.db.pool import close_pools
+from lib.local.connections import server_config
 from lib.local.server import Server
 from lib.local.services import free_port
 from lib.redis.client import close_redis
@@ -24,9 +24,7 @@ def serve_in_thread(app: ASGIApp, tune_collector: bool = False) -> Iterator[str]
     """Serve ``app`` on a free loopback port; yields its base URL, stops on exit. The collector
     tuning of ``Server`` is off unless asked: a test process starts hundreds of servers."""
     port = free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="error", lifespan="off", timeout_graceful_shutdown=1
-    )
+    config = server_config(app, "127.0.0.1", port, log_level="error", lifespan="off", timeout_graceful_shutdown=1)
     server = Server(config, tune_collector=tune_collector)
 
     async def serve_then_release() -> None:
