@@ -34,16 +34,32 @@ HOSTILE_TARGETS = [
     "/api/stories/" + "c" * 8192,
     "/api/feed?" + "d=1&" * 3000,
 ]
+HOSTILE_HEADERS = [
+    b"Cookie: __session=\xff\xfe\x80\r\n",
+    b"Cookie: __session=" + b"A" * 12_000 + b"\r\n",
+    b"Cookie: __session=a.b.c; __session=d.e.f; =; ;;\r\n",
+    b'Cookie: __session="\\"\r\n',
+    b"Authorization: Bearer \xff\xfe.\x80.\x81\r\n",
+    b"Authorization: Bearer " + b"e" * 12_000 + b"\r\n",
+    b"Authorization: Basic Og==\r\n",
+    b"Last-Event-ID: \xff\xfe\r\n",
+    b"Last-Event-ID: " + b"9" * 4000 + b"\r\n",
+    b"Origin: \xff\r\n",
+    b"Content-Type: application/json; charset=\xff\r\n",
+    b"X-Forwarded-Host: \xff\r\n",
+]
 FILE_METHODS = ["PUT", "DELETE", "POST", "PATCH", "PROPFIND", "MKCOL", "FROBNICATE", "OPTIONS"]
 STATIC_FILES = ["/admin/index.html", "/admin/", "/realtime-demo.html", "/ermis-realtime.js"]
 
 
-def raw_request(url: str, method: str, target: str, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+def raw_request(
+    url: str, method: str, target: str, body: bytes = b"", extra_head: bytes = b""
+) -> tuple[int, dict[str, str], bytes]:
     """One HTTP/1.1 request as written, and the answer as read."""
     address = urlsplit(url)
     with socket.create_connection((address.hostname, address.port), timeout=10) as connection:
         head = f"{method} {target} HTTP/1.1\r\nHost: {address.netloc}\r\nContent-Length: {len(body)}\r\n"
-        connection.sendall(head.encode("latin-1") + b"Connection: close\r\n\r\n" + body)
+        connection.sendall(head.encode("latin-1") + extra_head + b"Connection: close\r\n\r\n" + body)
         answer = b""
         while chunk := connection.recv(65536):
             answer += chunk
@@ -78,6 +94,20 @@ def test_hostile_targets_get_a_4xx_that_names_nothing(served_url: str, method: s
             wrong.append((target[:60], status, content[:200]))
     record("targets", f"encoded NUL, traversal, hidden and over-long targets ({method})",
            tried=len(HOSTILE_TARGETS), bad=len(wrong))  # fmt: skip
+    assert wrong == []
+
+
+def test_malformed_headers_and_cookies_get_a_4xx_or_their_answer(served_url: str) -> None:
+    routes = ["/api/feed", "/api/notifications/events?lastEventId=%ff", "/api/stories/s/events", "/admin/"]
+    wrong = []
+    for path in routes:
+        for header in HOSTILE_HEADERS:
+            method = "PUT" if path == "/admin/" else "GET"
+            status, _, content = raw_request(served_url, method, path, b"{}", header)
+            if status >= 500 or leaks(content):
+                wrong.append((path, header[:40], status))
+    record("targets", "malformed cookies, tokens, Last-Event-ID, Origin and Content-Type headers",
+           tried=len(routes) * len(HOSTILE_HEADERS), bad=len(wrong))  # fmt: skip
     assert wrong == []
 
 
