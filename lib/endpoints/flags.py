@@ -4,8 +4,8 @@ and the caller's tenant-resolved ``GET /api/feature-flags`` (any session).
 ``PUT`` takes ``{"key", "enabled"?, "tenantScopeId"?, "clearOverride"?}``: exactly one of
 ``enabled`` (a boolean) and ``clearOverride: true``; an unknown key, a wrong type, an unknown
 field, both/neither, or a ``tenantScopeId`` outside the tenant grammar (``lib.auth.tenants``;
-stored canonical) is a 400 naming
-the problem; a body not declared JSON is a 415. Each change is written to the operators' audit log.
+stored canonical) is a 400 naming the problem; a body not declared JSON is a 415. Each change is
+written to the operators' audit log.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ its keep-alive timer starts only after a first response, and every byte received
   gets a 408 JSON answer and the connection is closed;
 - a request fully read has no deadline: an SSE stream lives as long as its self-close says.
 
-Sizes are bounded too: a head over ``MAX_HEAD_BYTES`` is refused by h11 (400), a body over the
-function's cap by ``lib.http.request_limits`` (413), and a chunk header h11 cannot parse is a 400.
+Sizes are bounded too: a head still incomplete past ``MAX_HEADER_BYTES`` is refused by h11 (400),
+a complete one over it by ``lib.http.request_limits`` (431), as is a body over the function's cap
+(413); a chunk header h11 cannot parse is a 400.
 ``server_config`` is the one place these are set, for ``scripts/serve``, ``scripts/dev`` and the
 tests' servers.
 """
@@ -26,7 +27,6 @@ tests' servers.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import h11
@@ -34,9 +34,10 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from lib.http.errors import error_response
+from lib.http.request_limits import MAX_HEADER_BYTES
 from lib.settings import get_settings
 
-MAX_HEAD_BYTES = 16 * 1024
 KEEP_ALIVE_S = 5
 
 
@@ -87,14 +88,11 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
     def _answer_request_timeout(self) -> None:
-        body = json.dumps(
-            {"error": {"code": "request_timeout", "message": "The request body did not arrive in time."}}
-        ).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        headers.append((b"connection", b"close"))
+        response = error_response(408, "request_timeout", "The request body did not arrive in time.")
+        headers = [*response.raw_headers, (b"connection", b"close")]
         for event in (
             h11.Response(status_code=408, headers=headers, reason=b"Request Timeout"),
-            h11.Data(data=body),
+            h11.Data(data=response.body),
             h11.EndOfMessage(),
         ):
             self.transport.write(self.conn.send(event) or b"")
@@ -111,7 +109,7 @@ def server_config(app: ASGIApp, host: str, port: int, **options: Any) -> uvicorn
         host=host,
         port=port,
         http=GuardedH11Protocol,
-        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         timeout_keep_alive=KEEP_ALIVE_S,
         **options,
     )
