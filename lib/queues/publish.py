@@ -13,7 +13,6 @@ metadata; with no handler registered it is dropped with a stderr line.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import uuid
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lib.clock import iso_timestamp
+from lib.contracts.json_stringify import json_stringify
 from lib.queues.signing import sign_message
 from lib.queues.telemetry import record_published
 from lib.queues.topics import RSS_QUEUE_TOPICS
@@ -45,8 +45,11 @@ def register_rss_in_process_handler(topic: str, handler: RssHandler) -> None:
 
 
 def idempotency_key(topic: str, message: dict[str, Any]) -> str:
-    serialized = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
-    return f"{topic}:{message.get('batchId', '')}:{_NON_ALPHANUMERIC.sub('_', serialized[:96])}"
+    """The spec's key, as the TypeScript producer computes it: the first 96 UTF-16 code units
+    of ``JSON.stringify(message)`` with every code unit that is not ASCII alphanumeric as ``_``
+    (an astral character is two)."""
+    serialized = _NON_ALPHANUMERIC.sub(lambda m: "_" * (2 if ord(m[0]) > 0xFFFF else 1), json_stringify(message))
+    return f"{topic}:{message.get('batchId', '')}:{serialized[:96]}"
 
 
 PublishOutcome = Literal["queued", "dispatched", "dropped"]

@@ -1,13 +1,19 @@
 """Message HMAC, exactly as the spec's ``queues-adapter`` signs (so messages verify across
 the TypeScript and Python producers).
 
-Signing input: every field except ``signature``, as ``[key, value]`` entries sorted by key,
-serialised as JavaScript's ``JSON.stringify`` writes that array — no whitespace, strings with
-JSON escapes only for ``"``, ``\\``, control characters (non-ASCII stays as UTF-8), integers
-as plain digits, and nested objects in JavaScript's property order (integer-like keys first,
-ascending, then insertion order). For ``{"b": 1, "a": "x", "signature": "..."}`` the input is the UTF-8 bytes of
-``[["a","x"],["b",1]]``. The signature is the hex HMAC-SHA256 of that input keyed by
-``ERMIS_QUEUE_SIGNING_SECRET``.
+Signing input: every field except ``signature``, as ``[key, value]`` entries sorted by key
+(JavaScript's ``<``: UTF-16 code units), serialised exactly as JavaScript's ``JSON.stringify``
+writes that array (``lib.contracts.json_stringify``: ECMAScript's number layout, string escapes
+and property order, for every value JSON can carry). For ``{"b": 1, "a": "x", "signature":
+"..."}`` the input is the UTF-8 bytes of ``[["a","x"],["b",1]]``. The signature is the hex
+HMAC-SHA256 of that input keyed by ``ERMIS_QUEUE_SIGNING_SECRET``. ``contracts/
+queue-signing-vectors.json`` holds messages, inputs and signatures made by Node with the
+TypeScript rule; any producer, in any language, checks itself against it.
+
+A value JavaScript cannot hold exactly (an integer beyond ±(2**53-1), ``NaN``, an infinity, a
+non-JSON type) is refused: ``sign_message`` raises ``UnrepresentableValue`` naming the field,
+and a delivered message carrying one is rejected (``unrepresentable value: <field>: ...``),
+logged and acknowledged like any message that does not verify.
 
 Verification compares with ``hmac.compare_digest`` after a length check (64 hex characters),
 accepts ``ERMIS_QUEUE_SIGNING_SECRET_NEXT`` too (key rotation: deploy the new key as NEXT,
@@ -26,12 +32,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import re
 import time
 from datetime import UTC, datetime
 from typing import Any
 
+from lib.contracts.json_stringify import UnrepresentableValue, json_stringify, quote_string, utf16_order
 from lib.settings import get_settings, secret_or_none
 
 SIGNATURE_FIELD = "signature"
@@ -47,30 +53,17 @@ class SigningSecretMissing(RuntimeError):
         super().__init__("ERMIS_QUEUE_SIGNING_SECRET is not set: refusing to publish an unverifiable message")
 
 
-def _is_array_index(key: str) -> bool:
-    return key.isdigit() and key.isascii() and str(int(key)) == key and int(key) < 2**32 - 1
-
-
-def _js_property_order(value: Any) -> Any:
-    """Nested objects in the order JavaScript enumerates them: array-index keys ascending,
-    then the other keys in insertion order (what ``JSON.stringify`` writes)."""
-    if isinstance(value, dict):
-        indices = sorted((key for key in value if _is_array_index(key)), key=int)
-        others = [key for key in value if not _is_array_index(key)]
-        return {key: _js_property_order(value[key]) for key in indices + others}
-    if isinstance(value, list):
-        return [_js_property_order(item) for item in value]
-    return value
-
-
 def signing_input(message: dict[str, Any]) -> bytes:
+    """The UTF-8 bytes of ``JSON.stringify`` of the ``[key, value]`` entries, ``signature``
+    left out, sorted by key as JavaScript's ``<`` compares strings; ``UnrepresentableValue``
+    (naming the field) for a value JavaScript would write differently."""
+    if not all(isinstance(key, str) for key in message):
+        raise UnrepresentableValue((), "a message's keys must be strings")
     entries = sorted(
-        ([key, _js_property_order(value)] for key, value in message.items() if key != SIGNATURE_FIELD),
-        # JavaScript compares strings by UTF-16 code units, not code points: "𐀀" (a surrogate
-        # pair, 0xD800...) sorts before "\ue000". UTF-16BE bytes compare the same way.
-        key=lambda entry: entry[0].encode("utf-16-be", "surrogatepass"),
+        ((key, value) for key, value in message.items() if key != SIGNATURE_FIELD), key=lambda e: utf16_order(e[0])
     )
-    return json.dumps(entries, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    text = ",".join(f"[{quote_string(key)},{json_stringify(value, (key,))}]" for key, value in entries)
+    return f"[{text}]".encode()
 
 
 def signature_for(message: dict[str, Any], secret: str) -> str:
@@ -108,8 +101,8 @@ def message_rejection(message: Any, now_s: float | None = None) -> str | None:
         return "invalid signature"
     try:
         candidates = [signature_for(message, secret) for secret in _secrets()]
-    except (TypeError, ValueError):  # a field JSON cannot carry: not a message we signed
-        return "invalid signature"
+    except UnrepresentableValue as error:  # no producer following the contract signs this
+        return f"unrepresentable value: {error}"
     # Check every key (no early exit), each comparison constant-time.
     matches = [hmac.compare_digest(presented.encode(), expected.encode()) for expected in candidates]
     if not any(matches):

@@ -180,6 +180,23 @@ async def test_forged_messages_are_acknowledged_without_work(
 
 
 @pytest.mark.parametrize(
+    ("field", "value"), [("count", 2**60), ("score", float("nan")), ("ratio", float("-inf")), ("ids", [1, -(2**53)])]
+)
+async def test_a_message_javascript_cannot_have_signed_is_refused_not_crashed_on(
+    queue: EmbeddedQueue, field: str, value: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = consumer_app()
+    signed = sign_message({"batchId": "b6", "sourceId": "all-sources"})
+    await queue_client().send(WIRE, {**signed, field: value})
+    [response] = await queue.push(WIRE, app, PATH, CONSUMER)
+    assert response.status_code == 200
+    assert calls == [] and queue.messages(WIRE)[0].acknowledged
+    assert queue.messages(dlq_topic(TOPIC)) == []
+    [logged] = error_lines(capsys.readouterr().err)
+    assert logged["error"].startswith(f"rejected a message: unrepresentable value: {field}")
+
+
+@pytest.mark.parametrize(
     ("body", "headers"),
     [
         (b'{"batchId": "x"}', {}),

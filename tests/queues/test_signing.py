@@ -4,13 +4,16 @@ Node.js, constant-time verification with key rotation, and failing closed."""
 from __future__ import annotations
 
 import json
-import subprocess
+import math
 import time
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lib.contracts.json_stringify import UnrepresentableValue
+from lib.local.paths import PROJECT_ROOT
 from lib.queues.signing import (
     SigningSecretMissing,
     message_rejection,
@@ -19,34 +22,22 @@ from lib.queues.signing import (
     signing_input,
     verify_message,
 )
+from tests.support.node_signing import NodeSigner, node_vectors
 
 SECRET = "queue-secret-for-tests"
 MESSAGE = {"sourceId": "all-sources", "feedUrl": "", "batchId": "b-1", "requestedAt": "2026-12-02T10:00:00.000Z"}
 
-# The spec's JavaScript, verbatim in spirit: entries without `signature`, sorted by key,
-# JSON.stringify'd, HMAC-SHA256 hex.
-NODE_SIGNER = """
-const crypto = require('crypto');
-const input = JSON.parse(require('fs').readFileSync(0, 'utf8'));
-const out = input.messages.map((m) => {
-  const entries = Object.entries(m).filter(([k]) => k !== 'signature').sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  const canonical = JSON.stringify(entries);
-  return { canonical, signature: crypto.createHmac('sha256', input.secret).update(canonical).digest('hex') };
-});
-process.stdout.write(JSON.stringify(out));
-"""
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[NodeSigner]:
+    signer = NodeSigner()
+    yield signer
+    signer.close()
 
 
-def node_signatures(messages: list[dict]) -> list[dict]:
-    result = subprocess.run(
-        ["node", "-e", NODE_SIGNER],
-        input=json.dumps({"secret": SECRET, "messages": messages}),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    )
-    return json.loads(result.stdout)
+def as_json_text(message: dict) -> str:
+    # ASCII escapes carry lone surrogates; repr-exact floats carry every double to Node unchanged.
+    return json.dumps(message, ensure_ascii=True)
 
 
 def test_the_byte_form_is_written_down() -> None:
@@ -55,41 +46,112 @@ def test_the_byte_form_is_written_down() -> None:
         signing_input({"é": 'ünï\n"q"', "n": None, "t": True})
         == '[["n",null],["t",true],["é","ünï\\n\\"q\\""]]'.encode()
     )
+    assert signing_input({"ratio": 1e-7, "share": 0.00001, "delta": -3.0, "zero": -0.0}) == (
+        b'[["delta",-3],["ratio",1e-7],["share",0.00001],["zero",0]]'
+    )
 
 
-VECTORS = [
-    MESSAGE,
-    {"z": 1, "a": [1, 2, {"k": "v"}], "m": None, "signature": "x" * 64},
-    {"text": 'Ελληνικά — ünïcode ✓ \u2028 tab\t quote" backslash\\ ctrl\x01', "count": -42, "ok": False},
-    {"nested": {"b": 2, "a": 1, "10": "ten", "2": "two", "": "blank"}, "empty": "", "list": []},
-    {"\ue000": None, "\U00010000": None},  # JavaScript sorts by UTF-16 code units: the astral key first
+VECTORS_FILE = PROJECT_ROOT / "contracts" / "queue-signing-vectors.json"
+
+
+def load_vectors() -> dict:
+    return json.loads(VECTORS_FILE.read_text(encoding="utf-8"))
+
+
+def test_the_published_vectors_are_what_the_typescript_rule_writes_now() -> None:
+    assert node_vectors() == VECTORS_FILE.read_text(encoding="utf-8"), (
+        "contracts/queue-signing-vectors.json is stale: node contracts/queue-signing.mjs vectors > it"
+    )
+    classes = {vector["class"] for vector in load_vectors()["vectors"]}
+    assert {"floats: exponent form", "floats: integral", "floats: negative zero", "strings: lone surrogates"} <= classes
+
+
+def test_python_signs_every_vector_as_the_typescript_rule_does(set_env) -> None:
+    vectors = load_vectors()
+    set_env(ERMIS_QUEUE_SIGNING_SECRET=vectors["secret"], ERMIS_QUEUE_LEGACY_SIGNATURES_UNTIL=None)
+    for vector in vectors["vectors"]:
+        message = json.loads(vector["message"])
+        assert signing_input(message) == vector["signingInput"].encode(), vector["class"]
+        assert signature_for(message, vectors["secret"]) == vector["signature"], vector["class"]
+        if "signedAt" in message:  # a whole message as producers send it: it verifies as delivered
+            delivered = {**message, "signature": vector["signature"]}
+            assert message_rejection(delivered, now_s=message["signedAt"] / 1000) is None
+
+
+def test_the_typescript_rule_verifies_what_python_signs(node: NodeSigner) -> None:
+    vectors = load_vectors()
+    for vector in vectors["vectors"]:
+        python_signature = signature_for(json.loads(vector["message"]), vectors["secret"])
+        answer = node.sign(vectors["secret"], vector["message"], python_signature)
+        assert answer["verified"] is True, vector["class"]
+        tampered = node.sign(vectors["secret"], vector["message"], python_signature[:-1] + "0")
+        assert tampered["verified"] is (python_signature[-1] == "0"), vector["class"]
+
+
+def test_every_refused_vector_is_refused_naming_its_field(set_env) -> None:
+    vectors = load_vectors()
+    set_env(ERMIS_QUEUE_SIGNING_SECRET=vectors["secret"])
+    for vector in vectors["refused"]:
+        message = json.loads(vector["message"])  # Python's json reads NaN and Infinity
+        with pytest.raises(UnrepresentableValue) as refused:
+            sign_message(message)
+        assert refused.value.field == vector["field"], vector["class"]
+        delivered = {**message, "signedAt": int(time.time() * 1000), "signature": "0" * 64}
+        assert message_rejection(delivered) == f"unrepresentable value: {refused.value}"
+
+
+TRICKY_CHARACTERS = [
+    "\ud800",
+    "\udc00",
+    "\ud83d",
+    "\ude80",
+    "\x00",
+    "\x1f",
+    "\x7f",
+    "\u2028",
+    '"',
+    "\\",
+    "😀",
+    "\ue000",
 ]
-
-
-def test_python_and_the_spec_javascript_agree_on_fixed_vectors() -> None:
-    for vector, node in zip(VECTORS, node_signatures(VECTORS), strict=True):
-        assert signing_input(vector).decode() == node["canonical"]
-        assert signature_for(vector, SECRET) == node["signature"]
-
-
-json_leaf = st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(max_size=20)
+json_text = st.lists(
+    st.sampled_from(TRICKY_CHARACTERS) | st.characters(codec=None, exclude_categories=()), max_size=8
+).map("".join)
+json_key = json_text | st.sampled_from(["0", "1", "2", "10", "01", "-1", "1.5", "4294967294", "4294967295"])
+json_number = (
+    st.integers()
+    | st.integers(-(2**53) - 2, 2**53 + 2)
+    | st.floats()
+    | st.floats(-1e-5, 1e-5)
+    | st.sampled_from([1e-7, 1e-6, 1e21, 1e20, -0.0, -3.0, 5e-324, 0.1 + 0.2, 2.0**60])
+)
 json_value = st.recursive(
-    json_leaf,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-    max_leaves=8,
+    st.none() | st.booleans() | json_number | json_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(json_key, inner, max_size=3),
+    max_leaves=10,
 )
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.lists(st.dictionaries(st.text(min_size=1, max_size=8), json_value, max_size=5), min_size=1, max_size=5))
-def test_python_and_javascript_agree_on_generated_messages(messages: list[dict]) -> None:
+def value_at(value: object, path: tuple) -> object:
+    for part in path:
+        value = value[part]  # type: ignore[index]
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(json_key, json_value, min_size=1, max_size=5))
+def test_both_languages_write_identical_input_or_python_refuses_as_documented(node: NodeSigner, message: dict) -> None:
     try:
-        for message in messages:
-            signing_input(message)
-    except (UnicodeEncodeError, ValueError):
-        return  # lone surrogates cannot be sent as UTF-8 JSON by either side
-    for message, node in zip(messages, node_signatures(messages), strict=True):
-        assert signature_for(message, SECRET) == node["signature"]
+        ours = signing_input(message)
+    except UnrepresentableValue as refused:
+        bad = value_at(message, refused.path)
+        assert (isinstance(bad, float) and not math.isfinite(bad)) or (
+            isinstance(bad, int) and not isinstance(bad, bool) and abs(bad) > 2**53 - 1
+        ), refused
+        return
+    theirs = node.sign(SECRET, as_json_text(message))
+    assert ours.decode() == theirs["signingInput"]
+    assert signature_for(message, SECRET) == theirs["signature"]
 
 
 def test_sign_then_verify_and_every_forgery_fails(set_env) -> None:
