@@ -34,6 +34,7 @@ from lib.queues.consumer_names import vercel_consumer_name
 from lib.queues.publish import RssMessageMetadata, publish_rss_message
 from lib.queues.topics import wire_topic
 from lib.settings import get_settings
+from tests.support.queue import rss_message
 
 TOPIC = "rss.enrich"
 MESSAGES_PER_ROUND = 400
@@ -52,7 +53,7 @@ async def no_telemetry(*_args: Any, **_kwargs: Any) -> None:
 async def round_of_deliveries(server: Any, app: Any, consumer: str) -> tuple[float, int]:
     """Seconds to push ``MESSAGES_PER_ROUND`` fresh messages, and the deliveries made."""
     for _ in range(MESSAGES_PER_ROUND):
-        await publish_rss_message(TOPIC, {"batchId": str(uuid.uuid4()), "sourceId": "bench"})
+        await publish_rss_message(TOPIC, rss_message(str(uuid.uuid4())))
     deliveries = list(server.iter_push_deliveries(wire_topic(TOPIC), consumer))
     gate = asyncio.Semaphore(IN_FLIGHT)
     transport = httpx.ASGITransport(app=app)

@@ -1,6 +1,10 @@
 """The realtime event payloads (spec: "Event payloads", ``stream-events.ts``), exact field
-names and literal sets. The notification stream's four events, the feed watermark and the
-story phase. ``parse_json_with_schema`` answers ``None`` — never raises — for malformed or
+names and literal sets: the notification stream's four events, the feed watermark, the story
+phase, and the streams' own control events (``stream.cursor``, ``stream.reset``,
+``stream.end``). ``STREAM_EVENTS`` names each event's model; it is the one source of the
+committed JSON Schemas (``contracts/schemas/events/``), of the browser client's validators and
+of its TypeScript declarations (``lib.contracts.schemas``). The server builds every frame's data
+through its model; ``parse_json_with_schema`` answers ``None`` — never raises — for malformed or
 schema-violating input, so a bad frame is dropped and the connection keeps running.
 """
 
@@ -67,6 +71,33 @@ class StoryPhase(_Payload):
     phase: str
     status: str
     updatedAt: str
+
+
+class StreamCursor(_Payload):
+    """Moves the client's ``Last-Event-ID`` past rows it has seen; carries nothing."""
+
+
+class StreamReset(_Payload):
+    """The stream could not resume from the client's ``Last-Event-ID``: re-read the snapshot."""
+
+    reason: Literal["expired", "upgraded", "malformed", "foreign", "audience_changed"]
+
+
+class StreamEnd(_Payload):
+    """The stream ends as planned; reconnect at once from the last id."""
+
+
+STREAM_EVENTS: dict[str, type[BaseModel]] = {
+    "alert.triggered": AlertTriggered,
+    "review.status.changed": ReviewStatusChanged,
+    "delivery.failed": DeliveryFailed,
+    "notification.created": NotificationCreated,
+    "feed.changed": FeedChanged,
+    "story.phase": StoryPhase,
+    "stream.cursor": StreamCursor,
+    "stream.reset": StreamReset,
+    "stream.end": StreamEnd,
+}
 
 
 Model = TypeVar("Model", bound=BaseModel)

@@ -7,11 +7,14 @@ leases the message and calls the subscriber registered here for the topic. The s
 1. verifies the message (``signing.message_rejection``): a forged, expired or old-format
    message is logged (``log_server_error`` with the reason, message id and delivery count) and
    acknowledged — retrying it is pointless and would only mirror attacker payloads into the DLQ;
-2. claims the batch (``claims``) before running it: a batch that already ran is acknowledged
+2. checks it against its topic's contract (``lib.contracts.queue_messages``): a message that
+   verifies but does not match is dead-lettered at once, with the fields at fault as the reason
+   the operators' queue view shows (retrying cannot fix it);
+3. claims the batch (``claims``) before running it: a batch that already ran is acknowledged
    without work; one that another delivery is running now comes back when that lease ends
    (``RetryAfter``, not counted as a failure) — so duplicates and replays do the work once,
    while a redelivery after a failure runs again;
-3. runs the handler; an error releases the claim, is logged, and the message is retried after
+4. runs the handler; an error releases the claim, is logged, and the message is retried after
    ``min(300, 2 ** delivery_count)`` seconds (``RetryAfter``) — or, on the last of
    ``max_attempts`` deliveries, mirrored to ``<topic>-dlq`` (the send awaited, so the record
    cannot die with the instance), recorded in ``queue_dead_letters`` for the operators'
@@ -20,7 +23,7 @@ leases the message and calls the subscriber registered here for the topic. The s
 Every delivery's outcome is counted in ``telemetry`` with one statement (the dead letter's row
 is written by that same statement).
 
-Steps 1 to 3 are ``RssConsumer.deliver``, which knows no transport: it takes a ``Delivery`` and
+Steps 1 to 4 are ``RssConsumer.deliver``, which knows no transport: it takes a ``Delivery`` and
 answers a ``DeliveryResult`` (acknowledge, or come back after N seconds). The Vercel push route
 turns that into the SDK's ``RetryAfter``; the SQS Lambda (``lib.runtime.aws.sqs``) into
 ``ChangeMessageVisibility`` and ``batchItemFailures``.
@@ -50,6 +53,13 @@ from vercel.queue import Message, QueueError, RetryAfter, SanitizedName, subscri
 
 from lib.bundle import bundle_relative_path
 from lib.clock import iso_timestamp
+from lib.contracts.queue_messages import (
+    DLQ_ERROR_MESSAGE_CHARS,
+    QUEUE_MESSAGES,
+    DeadLetterMessage,
+    InvalidMessage,
+    check_message,
+)
 from lib.http.errors import error_response
 from lib.http.routing import Handler
 from lib.observability import describe_error, log_server_error
@@ -63,7 +73,6 @@ from lib.queues.telemetry import record_delivery
 from lib.queues.topics import dlq_topic, wire_topic
 
 MAX_RETRY_DELAY_SECONDS = 300
-DLQ_ERROR_MESSAGE_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,7 @@ class RssConsumer:
                 deliveryCount=metadata.delivery_count,
             )
             return rejection
+        check_message(QUEUE_MESSAGES[self.topic], payload)
         batch_id = str(payload.get("batchId") or "")
         if not batch_id:
             await self.handler(payload, metadata)
@@ -158,36 +168,49 @@ class RssConsumer:
         except BatchHeldElsewhere as held:
             await record_delivery(self.topic, "held", created_at=created_at)
             return DeliveryResult(retry_after_seconds=held.retry_after_seconds)
+        except InvalidMessage as invalid:  # retrying cannot fix it: dead-lettered at once
+            log_server_error(f"queues:{self.topic}", invalid, messageId=metadata.message_id)
+            return await self._dead_letter(delivery, str(invalid), mirror_dead_letter)
         except Exception as error:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
             log_server_error(
                 f"queues:{self.topic}", error, messageId=metadata.message_id, deliveryCount=metadata.delivery_count
             )
-            described = describe_error(error)[:DLQ_ERROR_MESSAGE_CHARS]
+            described = describe_error(error)
             if metadata.delivery_count < self.options.max_attempts:
-                await record_delivery(self.topic, "retried", created_at=created_at, error=described)
+                await record_delivery(
+                    self.topic, "retried", created_at=created_at, error=described[:DLQ_ERROR_MESSAGE_CHARS]
+                )
                 return DeliveryResult(retry_after_seconds=retry_delay_seconds(metadata.delivery_count))
-            dead_letter = {
-                "originalMessageId": metadata.message_id,
-                "originalTopic": self.topic,
-                "deliveryCount": metadata.delivery_count,
-                "failedAt": iso_timestamp(),
-                "errorMessage": described,
-            }
-            if mirror_dead_letter is not None:
-                await mirror_dead_letter(dead_letter)
-            await record_delivery(
-                self.topic,
-                "dead_lettered",
-                created_at=created_at,
-                error=described,
-                with_insert=insert_dead_letter(dead_letter, delivery.payload),
-            )
-            return DeliveryResult(dead_letter=dead_letter)
+            return await self._dead_letter(delivery, described, mirror_dead_letter)
         if rejection is None:
             await record_delivery(self.topic, "succeeded", created_at=created_at)
         else:
             await record_delivery(self.topic, "rejected", created_at=created_at, error=f"rejected: {rejection}")
         return DeliveryResult()
+
+    async def _dead_letter(
+        self, delivery: Delivery, reason: str, mirror_dead_letter: DeadLetterMirror | None
+    ) -> DeliveryResult:
+        """The message's summary to ``mirror_dead_letter`` (awaited), then its row in
+        ``queue_dead_letters`` with the reason the console shows; the message is acknowledged."""
+        dead_letter = {
+            "originalMessageId": delivery.message_id,
+            "originalTopic": self.topic,
+            "deliveryCount": delivery.delivery_count,
+            "failedAt": iso_timestamp(),
+            "errorMessage": reason[:DLQ_ERROR_MESSAGE_CHARS],
+        }
+        check_message(DeadLetterMessage, dead_letter)
+        if mirror_dead_letter is not None:
+            await mirror_dead_letter(dead_letter)
+        await record_delivery(
+            self.topic,
+            "dead_lettered",
+            created_at=delivery.created_at,
+            error=dead_letter["errorMessage"],
+            with_insert=insert_dead_letter(dead_letter, delivery.payload),
+        )
+        return DeliveryResult(dead_letter=dead_letter)
 
     async def on_vercel_delivery(self, message: Message[dict[str, object]]) -> None:
         """The SDK's subscriber: a result to retry becomes the SDK's ``RetryAfter``; a dead

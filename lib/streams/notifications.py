@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from lib.auth.gates import require_session
+from lib.contracts.stream_events import StreamReset
 from lib.platform import activity
 from lib.platform.flags import resolve_feature_flags
 from lib.streams.limits import limited_stream
@@ -123,7 +124,7 @@ def _resume_or_reset(read: AudienceRead, audience: Audience, last_event_id: str)
 
 
 def _reset(reason: str, heads: Cursor, frames: _Frames) -> bytes:
-    body = event_body(RESET_EVENT, {"reason": reason})
+    body = event_body(RESET_EVENT, StreamReset.model_validate({"reason": reason}).model_dump())
     assert body is not None  # a reason is plain text
     return frames.frame(heads.event_id, body)
 

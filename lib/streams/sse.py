@@ -45,6 +45,8 @@ from sse_starlette import ServerSentEvent
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from lib.contracts.stream_events import StreamCursor, StreamEnd
+
 SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
 EVENT_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 RETRY_MS = 3000
@@ -86,10 +88,10 @@ def sse_frame(event: str, data: Any, event_id: str, retry: int | None = None) ->
     return None if body is None else with_id(event_id, body, retry)
 
 
-CURSOR_BODY = ServerSentEvent(data="{}", event=CURSOR_EVENT).encode()
+CURSOR_BODY = ServerSentEvent(data=StreamCursor().model_dump_json(), event=CURSOR_EVENT).encode()
 # The last frame of a stream that ends as planned (its self-close, the server stopping): no id,
 # so the client's last id stays; ermis-realtime.js reconnects at once instead of reporting an error.
-END_FRAME = ServerSentEvent(data="{}", event=END_EVENT).encode()
+END_FRAME = ServerSentEvent(data=StreamEnd().model_dump_json(), event=END_EVENT).encode()
 KEEP_ALIVE_FRAME = ServerSentEvent(comment="ping").encode()
 
 open_streams: Counter[str] = Counter()

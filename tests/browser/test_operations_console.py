@@ -22,6 +22,7 @@ from lib.queues.handlers import LAST_INGEST_RUN_KEY
 from lib.queues.signing import SIGNATURE_FIELD, SIGNED_AT_FIELD, signature_for
 from tests.support.browser import OUTPUT
 from tests.support.devserver import DevServer, running_dev_server
+from tests.support.queue import rss_message
 from tests.support.servers import serve_in_thread
 
 SIGNING_SECRET = "console-browser-test-secret"
@@ -51,7 +52,7 @@ def signed_in(browser: Browser, server: DevServer, persona: str) -> Page:
 
 def send_ingest_message(server: DevServer, batch_id: str) -> None:
     queue_url = server.wait_for(r"queue: embedded Vercel Queue service at (\S+),", 5).group(1)
-    unsigned = {"batchId": batch_id, "sourceId": "all-sources", SIGNED_AT_FIELD: int(time.time() * 1000)}
+    unsigned = {**rss_message(batch_id), SIGNED_AT_FIELD: int(time.time() * 1000)}
     message = {**unsigned, SIGNATURE_FIELD: signature_for(unsigned, SIGNING_SECRET)}
 
     async def send() -> None:

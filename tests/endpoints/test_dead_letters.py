@@ -25,7 +25,7 @@ from lib.redis.client import get_redis
 from lib.redis.commands import execute_command
 from tests.support.auth import session_headers
 from tests.support.functions import client_for, load_api_app
-from tests.support.queue import EmbeddedQueue, embedded_queue
+from tests.support.queue import EmbeddedQueue, embedded_queue, rss_message
 from tests.support.reliability import record
 
 DEAD_LETTERS = load_api_app("api/admin/dead-letters.py")
@@ -73,7 +73,7 @@ async def test_a_queue_dead_letter_is_redriven_once_and_its_consumer_runs_again(
 ) -> None:
     receive = create_rss_consumer(TOPIC, sometimes_failing, ConsumerOptions(max_attempts=2), module_file=__file__)
     consumer = function_app(route("/consume", POST=guarded(QUEUE_MESSAGE_HMAC, receive)))
-    await publish_rss_message(TOPIC, {"batchId": "b-dead", "sourceId": "all-sources"})
+    await publish_rss_message(TOPIC, rss_message("b-dead"))
     await queue.push(WIRE, consumer, "/consume", CONSUMER)
     queue.advance(retry_delay_seconds(1))
     await queue.push(WIRE, consumer, "/consume", CONSUMER)

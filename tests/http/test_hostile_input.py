@@ -21,7 +21,7 @@ from lib.local.server import VercelRouter
 from lib.queues.signing import sign_message
 from lib.settings import get_settings
 from tests.support.env import env_setter
-from tests.support.queue import embedded_queue
+from tests.support.queue import embedded_queue, rss_message
 from tests.support.reliability import record
 from tests.support.servers import serve_in_thread
 
@@ -177,7 +177,7 @@ def test_no_input_makes_a_route_fail_with_a_5xx(
         headers["last-event-id"] = last_event_id
     if signed and route.pattern.startswith("/api/queues/"):
         batch = quote(segment.encode("utf-8", "surrogatepass"))[:50]  # a real producer's id is text
-        body = json.dumps(sign_message({"batchId": batch, "sourceId": "all-sources"})).encode()
+        body = json.dumps(sign_message(rss_message(batch))).encode()
     with (
         httpx.Client(base_url=bundle_url, timeout=30) as client,
         client.stream(method, target, headers=headers, content=body) as response,

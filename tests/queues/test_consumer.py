@@ -17,10 +17,11 @@ from lib.http.routing import guarded, route
 from lib.queues.client import queue_client
 from lib.queues.consumer import MAX_RETRY_DELAY_SECONDS, ConsumerOptions, create_rss_consumer, retry_delay_seconds
 from lib.queues.consumer_names import vercel_consumer_name
+from lib.queues.dead_letters import dead_letter_summary
 from lib.queues.publish import RssMessageMetadata, publish_rss_message
 from lib.queues.signing import sign_message
 from lib.queues.topics import dlq_topic, wire_topic
-from tests.support.queue import EmbeddedQueue, embedded_queue
+from tests.support.queue import EmbeddedQueue, embedded_queue, rss_message
 from tests.support.reliability import record
 
 TOPIC = "rss.cluster"  # a reserved stage's topic, reused here with test handlers
@@ -61,7 +62,7 @@ def error_lines(err: str) -> list[dict]:
 
 async def test_a_signed_message_runs_once_and_is_acknowledged(queue: EmbeddedQueue) -> None:
     app = consumer_app()
-    assert await publish_rss_message(TOPIC, {"batchId": "b1", "sourceId": "all-sources"}) == "queued"
+    assert await publish_rss_message(TOPIC, rss_message("b1")) == "queued"
     [response] = await queue.push(WIRE, app, PATH, CONSUMER)
     assert response.status_code == 200
     assert calls == [("b1", 1)]
@@ -73,7 +74,7 @@ async def test_a_signed_message_runs_once_and_is_acknowledged(queue: EmbeddedQue
 async def test_duplicates_delivered_at_the_same_moment_run_once(queue: EmbeddedQueue) -> None:
     """Three copies of one signed batch, pushed concurrently while the first is running."""
     app = consumer_app()
-    signed = sign_message({"batchId": "dup", "sourceId": "all-sources"})
+    signed = sign_message(rss_message("dup"))
     for _ in range(3):
         await queue_client().send(WIRE, signed)
     slow["seconds"] = 0.5
@@ -94,7 +95,7 @@ async def test_duplicates_delivered_at_the_same_moment_run_once(queue: EmbeddedQ
 async def test_consumers_keep_working_when_redis_is_down(queue: EmbeddedQueue, set_env) -> None:
     set_env(REDIS_URL="redis://127.0.0.1:9/0")
     app = consumer_app()
-    await publish_rss_message(TOPIC, {"batchId": "no-redis"})
+    await publish_rss_message(TOPIC, rss_message("no-redis"))
     [response] = await queue.push(WIRE, app, PATH, CONSUMER)
     record("faults", "Redis down during a queue delivery", injected=1, recovered=int(calls == [("no-redis", 1)]))
     assert response.status_code == 200 and calls == [("no-redis", 1)]
@@ -104,7 +105,7 @@ async def test_consumers_keep_working_when_redis_is_down(queue: EmbeddedQueue, s
 @pytest.mark.reliability
 async def test_a_delivery_after_success_does_no_work(queue: EmbeddedQueue) -> None:
     app = consumer_app()
-    signed = sign_message({"batchId": "b2", "sourceId": "all-sources"})
+    signed = sign_message(rss_message("b2"))
     client = queue_client()
     await client.send(WIRE, signed)
     await queue.push(WIRE, app, PATH, CONSUMER)
@@ -119,7 +120,7 @@ async def test_a_delivery_after_success_does_no_work(queue: EmbeddedQueue) -> No
 async def test_a_failed_run_is_retried_with_backoff_and_runs_again(queue: EmbeddedQueue) -> None:
     app = consumer_app()
     failures_left["count"] = 1
-    await publish_rss_message(TOPIC, {"batchId": "b3"})
+    await publish_rss_message(TOPIC, rss_message("b3"))
     await queue.push(WIRE, app, PATH, CONSUMER)
     assert await queue.push(WIRE, app, PATH, CONSUMER) == []  # not visible before the backoff
     queue.advance(retry_delay_seconds(1))
@@ -133,7 +134,7 @@ async def test_a_handler_that_always_fails_ends_on_the_dlq_once(
 ) -> None:
     app = consumer_app(max_attempts=3)
     failures_left["count"] = 99
-    await publish_rss_message(TOPIC, {"batchId": "b4"})
+    await publish_rss_message(TOPIC, rss_message("b4"))
     for delivery in range(1, 4):
         [response] = await queue.push(WIRE, app, PATH, CONSUMER)
         assert response.status_code == 200
@@ -167,7 +168,7 @@ async def test_forged_messages_are_acknowledged_without_work(
     queue: EmbeddedQueue, forgery: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     app = consumer_app()
-    forged = FORGERIES[forgery](sign_message({"batchId": "b5", "sourceId": "all-sources"}))
+    forged = FORGERIES[forgery](sign_message(rss_message("b5")))
     await queue_client().send(WIRE, forged)
     [response] = await queue.push(WIRE, app, PATH, CONSUMER)
     assert response.status_code == 200
@@ -179,6 +180,23 @@ async def test_forged_messages_are_acknowledged_without_work(
     assert logged["deliveryCount"] == 1 and logged["messageId"] == queue.messages(WIRE)[0].message_id
 
 
+async def test_a_verified_message_outside_its_contract_is_dead_lettered_at_once_with_the_reason(
+    queue: EmbeddedQueue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = consumer_app()
+    skewed = {k: v for k, v in rss_message("b7").items() if k != "requestedAt"}
+    await queue_client().send(WIRE, sign_message({**skewed, "score": 0.5}))  # a newer producer's field
+    [response] = await queue.push(WIRE, app, PATH, CONSUMER)
+    assert response.status_code == 200 and calls == []
+    assert queue.messages(WIRE)[0].acknowledged
+    reason = "not a SignedRssQueueMessage: requestedAt: Field required; score: Extra inputs are not permitted"
+    [dead] = queue.payloads(dlq_topic(TOPIC))
+    assert (dead["deliveryCount"], dead["errorMessage"]) == (1, reason)
+    [shown] = (await dead_letter_summary())["latest"]  # what the operators' queue view lists
+    assert shown["error_message"] == reason
+    assert reason in error_lines(capsys.readouterr().err)[0]["error"]
+
+
 @pytest.mark.parametrize(
     ("field", "value"), [("count", 2**60), ("score", float("nan")), ("ratio", float("-inf")), ("ids", [1, -(2**53)])]
 )
@@ -186,7 +204,7 @@ async def test_a_message_javascript_cannot_have_signed_is_refused_not_crashed_on
     queue: EmbeddedQueue, field: str, value: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
     app = consumer_app()
-    signed = sign_message({"batchId": "b6", "sourceId": "all-sources"})
+    signed = sign_message(rss_message("b6"))
     await queue_client().send(WIRE, {**signed, field: value})
     [response] = await queue.push(WIRE, app, PATH, CONSUMER)
     assert response.status_code == 200

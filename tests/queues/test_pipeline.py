@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from vercel.headers import HeadersContext
 
+from lib.contracts.queue_messages import InvalidMessage
 from lib.platform.flags import set_feature_flag
 from lib.queues import publish as publish_module
 from lib.queues.client import QueueNotProvisioned, get_queue_region, is_queues_provisioned, uses_queue_service
@@ -19,7 +20,7 @@ from lib.queues.signing import verify_message
 from tests.support.catalogs import set_catalog
 from tests.support.feeds import FeedServer, rss
 from tests.support.functions import load_api_app
-from tests.support.queue import EmbeddedQueue, embedded_queue
+from tests.support.queue import EmbeddedQueue, embedded_queue, rss_message
 
 INGEST = load_api_app("api/queues/rss/ingest.py")
 ENRICH = load_api_app("api/queues/rss/enrich.py")
@@ -63,7 +64,7 @@ def test_on_vercel_the_token_of_the_request_provisions_the_queue(set_env) -> Non
 async def test_on_vercel_without_any_token_publishing_raises(db, set_env) -> None:
     set_env(**{**NO_QUEUE_TOKEN, "VERCEL": "1", "ERMIS_QUEUE_SIGNING_SECRET": "s"})
     with pytest.raises(QueueNotProvisioned, match="x-vercel-oidc-token"):
-        await publish_rss_message("rss.cluster", {"batchId": "c-0"})
+        await publish_rss_message("rss.cluster", rss_message("c-0"))
 
 
 def test_idempotency_key_has_the_spec_form() -> None:
@@ -112,7 +113,7 @@ async def test_a_message_in_flight_when_the_flag_goes_off_is_acked_without_a_bui
 async def test_a_reserved_stage_fails_loudly_and_ends_on_its_dlq(
     db, queue: EmbeddedQueue, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    await publish_rss_message("rss.enrich", {"batchId": "e-1", "sourceId": "s", "feedUrl": "https://f"})
+    await publish_rss_message("rss.enrich", {**rss_message("e-1"), "sourceId": "s", "feedUrl": "https://f"})
     for delivery in range(1, 6):
         await queue.push("rss-enrich", ENRICH, "/api/queues/rss/enrich", ENRICH_CONSUMER)
         queue.advance(retry_delay_seconds(delivery))
@@ -129,7 +130,7 @@ async def test_the_queue_view_shows_dead_letters_and_the_other_backlogs(db, queu
     from tests.support.auth import session_headers
     from tests.support.functions import client_for
 
-    await publish_rss_message("rss.enrich", {"batchId": "e-2"})
+    await publish_rss_message("rss.enrich", rss_message("e-2"))
     for delivery in range(1, 6):
         await queue.push("rss-enrich", ENRICH, "/api/queues/rss/enrich", ENRICH_CONSUMER)
         queue.advance(retry_delay_seconds(delivery))
@@ -160,10 +161,10 @@ async def test_unprovisioned_publishing_dispatches_in_process_or_drops(
         seen.append((message, metadata.delivery_count))
 
     monkeypatch.setitem(publish_module._in_process_handlers, "rss.cluster", handler)
-    assert await publish_rss_message("rss.cluster", {"batchId": "c-1"}) == "dispatched"
+    assert await publish_rss_message("rss.cluster", rss_message("c-1")) == "dispatched"
     assert seen[0][0]["batchId"] == "c-1" and verify_message(seen[0][0]) and seen[0][1] == 1
     monkeypatch.delitem(publish_module._in_process_handlers, "rss.cluster")
-    assert await publish_rss_message("rss.cluster", {"batchId": "c-2"}) == "dropped"
+    assert await publish_rss_message("rss.cluster", rss_message("c-2")) == "dropped"
     assert (
         "[queues:rss.cluster] no queue provisioned and no in-process handler; message dropped"
         in capsys.readouterr().err
@@ -209,3 +210,20 @@ def test_a_reserved_consumer_does_not_load_the_aggregation_build_at_cold_start()
         [sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("message", "problem"),
+    [
+        ({"batchId": "x"}, "sourceId: Field required"),
+        ({**rss_message("x"), "requestedAt": "yesterday"}, "requestedAt: String should match pattern"),
+        ({**rss_message("x"), "score": 0.5}, "score: Extra inputs are not permitted"),
+        ({**rss_message("x"), "batchId": 7}, "batchId: Input should be a valid string"),
+    ],
+)
+async def test_a_message_outside_its_topics_contract_is_never_published(
+    db, queue: EmbeddedQueue, message: dict, problem: str
+) -> None:
+    with pytest.raises(InvalidMessage, match=problem):
+        await publish_rss_message("rss.ingest", message)
+    assert queue.messages("rss-ingest") == []

@@ -23,7 +23,7 @@ from lib.queues.telemetry import SHARDS, read_topic_telemetry, record_delivery
 from lib.queues.topics import wire_topic
 from tests.support.auth import session_headers
 from tests.support.functions import client_for, load_api_app
-from tests.support.queue import EmbeddedQueue, embedded_queue
+from tests.support.queue import EmbeddedQueue, embedded_queue, rss_message
 
 TOPIC = "rss.synthesize"
 WIRE = wire_topic(TOPIC)
@@ -50,8 +50,8 @@ async def test_every_outcome_is_counted_per_topic(queue: EmbeddedQueue, db, mint
     failing_batches.add("bad")
     queue.server.state.now = datetime.now(UTC) - timedelta(seconds=3)  # messages sent 3 s ago
     for batch in ("ok-1", "ok-2", "bad"):
-        await publish_rss_message(TOPIC, {"batchId": batch})
-    await queue_client().send(WIRE, {**sign_message({"batchId": "forged"}), "batchId": "tampered"})
+        await publish_rss_message(TOPIC, rss_message(batch))
+    await queue_client().send(WIRE, {**sign_message(rss_message("forged")), "batchId": "tampered"})
     await queue.push(WIRE, app, "/consume", CONSUMER)  # ok-1, ok-2 succeed; bad fails; the forgery is rejected
     queue.advance(retry_delay_seconds(1))
     await queue.push(WIRE, app, "/consume", CONSUMER)  # bad's last attempt: dead-lettered
@@ -92,7 +92,7 @@ async def test_a_telemetry_write_that_fails_never_fails_the_delivery(queue: Embe
     try:
         receive = create_rss_consumer(TOPIC, handler, module_file=__file__)
         app = function_app(route("/consume", POST=guarded(QUEUE_MESSAGE_HMAC, receive)))
-        assert await publish_rss_message(TOPIC, {"batchId": "still-works"}) == "queued"
+        assert await publish_rss_message(TOPIC, rss_message("still-works")) == "queued"
         [response] = await queue.push(WIRE, app, "/consume", CONSUMER)
     finally:
         await db.execute("ALTER TABLE queue_topic_telemetry_moved RENAME TO queue_topic_telemetry")

@@ -14,7 +14,13 @@ import httpx
 from starlette.types import ASGIApp
 from vercel.queue.devserver import EmbeddedQueueDevServer, embedded_queue_dev_server
 
+from lib.clock import iso_timestamp
 from tests.support.functions import client_for
+
+
+def rss_message(batch_id: str) -> dict[str, Any]:
+    """A whole ``rss.*`` message (``lib.contracts.queue_messages.RssQueueMessage``), unsigned."""
+    return {"batchId": batch_id, "sourceId": "all-sources", "feedUrl": "", "requestedAt": iso_timestamp()}
 
 
 @dataclass

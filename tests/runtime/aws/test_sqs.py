@@ -26,6 +26,7 @@ from lib.settings import Settings
 from tests.support.auth import cron_headers
 from tests.support.aws import MotoAws, deploy_stack, invoke_lambda, moto_aws, receive, sqs_event
 from tests.support.functions import client_for, load_api_app
+from tests.support.queue import rss_message
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS")
 TEMPLATE = build_template()
@@ -74,7 +75,7 @@ async def test_a_refresh_tick_publishes_to_sqs_and_the_consumer_lambda_runs_it(a
 
 async def test_five_failures_end_in_the_dlq_queue_and_in_postgres(aws: MotoAws, db, set_env) -> None:
     """rss.enrich is a reserved stage: its consumer fails every delivery."""
-    await publish_rss_message("rss.enrich", {"batchId": "doomed", "sourceId": "all-sources"})
+    await publish_rss_message("rss.enrich", rss_message("doomed"))
     sqs, url, arn = aws.client("sqs"), queue_url("rss-enrich"), queue_arn(aws, "rss-enrich")
     for attempt in range(1, 6):
         [message] = receive(sqs, url)
@@ -96,7 +97,7 @@ async def test_five_failures_end_in_the_dlq_queue_and_in_postgres(aws: MotoAws, 
 
 async def test_a_forged_message_is_acknowledged_without_work(aws: MotoAws, set_env) -> None:
     sqs = aws.client("sqs")
-    forged = {**sign_message({"batchId": "b1", "sourceId": "all-sources"}), "batchId": "someone-else"}
+    forged = {**sign_message(rss_message("b1")), "batchId": "someone-else"}
     sqs.send_message(QueueUrl=queue_url("rss-ingest"), MessageBody=json.dumps(forged))
     sqs.send_message(QueueUrl=queue_url("rss-ingest"), MessageBody="not even JSON")
     messages = receive(sqs, queue_url("rss-ingest"))
@@ -131,7 +132,7 @@ async def test_the_same_message_delivered_twice_during_a_slow_run_does_the_work_
     aws: MotoAws, cluster_consumer
 ) -> None:
     sqs, url, arn = aws.client("sqs"), queue_url("rss-cluster"), queue_arn(aws, "rss-cluster")
-    await publish_rss_message("rss.cluster", {"batchId": "slow-batch"})
+    await publish_rss_message("rss.cluster", rss_message("slow-batch"))
     # The first receive's visibility lapses while its run is still going: SQS delivers it again.
     [first] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0, AttributeNames=["All"])["Messages"]
     [second] = receive(sqs, url)
@@ -153,7 +154,7 @@ async def test_the_same_message_delivered_twice_during_a_slow_run_does_the_work_
 async def test_a_partial_batch_failure_retries_only_the_failed_record(aws: MotoAws, cluster_consumer) -> None:
     sqs, url, arn = aws.client("sqs"), queue_url("rss-cluster"), queue_arn(aws, "rss-cluster")
     for batch in ("good-1", "bad-1", "good-2"):
-        await publish_rss_message("rss.cluster", {"batchId": batch})
+        await publish_rss_message("rss.cluster", rss_message(batch))
     messages = receive(sqs, url)
     assert len(messages) == 3
     answer = await handle_sqs_event(cluster_consumer, sqs_event(messages, arn))
@@ -166,11 +167,11 @@ async def test_sqs_without_a_queue_url_fails_loud_and_acknowledges_nothing(
     aws: MotoAws, cluster_consumer, set_env
 ) -> None:
     sqs, url, arn = aws.client("sqs"), queue_url("rss-cluster"), queue_arn(aws, "rss-cluster")
-    await publish_rss_message("rss.cluster", {"batchId": "bad-2"})
+    await publish_rss_message("rss.cluster", rss_message("bad-2"))
     messages = receive(sqs, url)
     set_env(ERMIS_SQS_QUEUE_URL_RSS_CLUSTER=None, ERMIS_SQS_QUEUE_URL_RSS_INGEST=None)
     with pytest.raises(QueueNotProvisioned, match="ERMIS_SQS_QUEUE_URL_RSS_INGEST"):
-        await publish_rss_message("rss.ingest", {"batchId": "b"})
+        await publish_rss_message("rss.ingest", rss_message("b"))
     # The handler fails and its backoff cannot be set (no queue URL): reported, never acknowledged.
     answer = await handle_sqs_event(cluster_consumer, sqs_event(messages, arn))
     assert answer == {"batchItemFailures": [{"itemIdentifier": messages[0]["MessageId"]}]}
