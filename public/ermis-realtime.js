@@ -6,6 +6,13 @@
 // into one onRefresh, events are de-duplicated by id across reconnects, a planned end of a
 // stream (`stream.end`) reconnects at once without leaving 'streaming', and the feed has a
 // polling fallback too.
+//
+// Every frame, and every polled body that stands for one, is checked against its event's schema
+// (ermis-realtime-events.js, generated from contracts/schemas): one that does not match — a
+// version skew, a corrupting proxy — is dropped, never handed to the page, and reported once per
+// event name and connection to `onInvalid(name, data)`, or to the console without one.
+
+import { isValidEvent } from './ermis-realtime-events.js';
 
 export const NOTIFICATION_EVENTS = ['alert.triggered', 'review.status.changed', 'delivery.failed', 'notification.created'];
 export const DEFAULT_FEATURE_FLAGS = Object.freeze({
@@ -26,11 +33,25 @@ const RETRY_MAX_MS = 300000;
 
 function parseJson(raw) {
   try {
-    const value = JSON.parse(raw);
-    return value !== null && typeof value === 'object' ? value : null;
+    return JSON.parse(raw);
   } catch {
-    return null;
+    return undefined;
   }
+}
+
+// `check(name, data)`: `data` if it is a valid `name` event, else null, reporting the first
+// invalid frame of each event name.
+function eventChecker(onInvalid) {
+  const reported = new Set();
+  return (name, data) => {
+    if (isValidEvent(name, data)) return data;
+    if (!reported.has(name)) {
+      reported.add(name);
+      if (onInvalid) onInvalid(name, data);
+      else console.warn(`ermis-realtime: dropped a ${name} frame that does not match its schema`, data);
+    }
+    return null;
+  };
 }
 
 // A poll timer that can be started and stopped many times, running `tick` now and then every `ms`.
@@ -82,6 +103,8 @@ function statusKeeper(onStatus) {
 const CURSOR_EVENT = 'stream.cursor';
 const RESET_EVENT = 'stream.reset';
 const END_EVENT = 'stream.end';
+const FEED_EVENT = 'feed.changed';
+const STORY_EVENT = 'story.phase';
 
 // The URL to resume `url` from `lastEventId`, replacing the one a resumed URL already carries.
 function withLastEventId(url, lastEventId) {
@@ -193,6 +216,8 @@ export function broadcastElection(name, onLead, onDemote) {
 // Retry-After or a jittered backoff doubling from 1 s to 5 min, whichever is longer.
 export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSource, fetchImpl = globalThis.fetch) {
   if (typeof EventSourceImpl !== 'function') return EventSourceImpl;
+  const check = eventChecker();
+  const control = (name, handle) => (event) => check(name, parseJson(event.data)) && handle(event);
   return class ResumingEventSource {
     constructor(url, init) {
       this.url = url;
@@ -222,11 +247,17 @@ export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSourc
         if (this.source.readyState === CLOSED) this.retryRefused();
         if (this.onerror) this.onerror(event);
       };
-      this.source.addEventListener(CURSOR_EVENT, (event) => this.track(event));
-      this.source.addEventListener(END_EVENT, () => {
-        this.source.close();
-        this.connect(withLastEventId(this.url, this.lastEventId));
-      });
+      this.source.addEventListener(
+        CURSOR_EVENT,
+        control(CURSOR_EVENT, (event) => this.track(event)),
+      );
+      this.source.addEventListener(
+        END_EVENT,
+        control(END_EVENT, () => {
+          this.source.close();
+          this.connect(withLastEventId(this.url, this.lastEventId));
+        }),
+      );
       for (const [name, listeners] of this.listeners) this.attach(name, listeners);
     }
 
@@ -412,9 +443,11 @@ export function connectNotificationStream(options = {}) {
     onEvent,
     onRefresh,
     onStatus,
+    onInvalid,
     EventSourceImpl = SharedEventSource,
   } = options;
   const status = statusKeeper(onStatus);
+  const check = eventChecker(onInvalid);
   const seen = new Set();
   let refreshTimer = null;
   const refreshSoon = () => {
@@ -437,8 +470,8 @@ export function connectNotificationStream(options = {}) {
     source = openStream(EventSourceImpl, url, polling, status);
     for (const name of events) {
       source.addEventListener(name, (message) => {
-        const payload = parseJson(message.data);
-        if (!payload || typeof payload.id !== 'string') return;
+        const payload = check(name, parseJson(message.data));
+        if (!payload) return;
         const key = `${name}:${payload.id}`;
         if (seen.has(key)) return;
         seen.add(key);
@@ -449,7 +482,7 @@ export function connectNotificationStream(options = {}) {
     }
     // The server could not resume from our last id (history gone, another database, an id from
     // before an upgrade): what we hold may have gaps, so re-read the snapshot the poll reads.
-    source.addEventListener(RESET_EVENT, () => onRefresh && onRefresh());
+    source.addEventListener(RESET_EVENT, (message) => check(RESET_EVENT, parseJson(message.data)) && onRefresh && onRefresh());
   }
   return handle(
     status,
@@ -466,9 +499,11 @@ export function connectFeedStream(options = {}) {
     pollIntervalMs = FEED_POLL_MS,
     onChange,
     onStatus,
+    onInvalid,
     EventSourceImpl = SharedEventSource,
   } = options;
   const status = statusKeeper(onStatus);
+  const check = eventChecker(onInvalid);
   // The feed changed when its position moved (every committed write moves it, in commit order:
   // the frame's id, /api/feed's `position`) or its watermark did; the watermark alone stays put
   // when a write that started earlier commits later.
@@ -494,7 +529,8 @@ export function connectFeedStream(options = {}) {
         status.set('offline');
         return;
       }
-      if (body && moved(body.position, body.watermark) && onChange) onChange('UPDATE', body.watermark);
+      const watermark = body && check(FEED_EVENT, body.watermark);
+      if (watermark && moved(body.position, watermark) && onChange) onChange('UPDATE', watermark);
     } catch {
       // Offline for now; the next tick tries again.
     }
@@ -506,8 +542,8 @@ export function connectFeedStream(options = {}) {
   } else {
     // A failed stream, or a 204 (no tenant scope: EventSource stops for good), falls back to polling.
     source = openStream(EventSourceImpl, url, polling, status);
-    source.addEventListener('feed.changed', (message) => {
-      const watermark = parseJson(message.data);
+    source.addEventListener(FEED_EVENT, (message) => {
+      const watermark = check(FEED_EVENT, parseJson(message.data));
       if (watermark && moved(message.lastEventId, watermark) && onChange) onChange('UPDATE', watermark);
     });
   }
@@ -519,8 +555,10 @@ export function connectStoryStream(storyId, options = {}) {
     fallbackPollMs = STORY_FALLBACK_POLL_MS,
     onPhase,
     onStatus,
+    onInvalid,
     EventSourceImpl = SharedEventSource,
   } = options;
+  const check = eventChecker(onInvalid);
   const base = `/api/stories/${encodeURIComponent(storyId)}`;
   const status = statusKeeper(onStatus);
   let lastPhase = null;
@@ -542,7 +580,7 @@ export function connectStoryStream(storyId, options = {}) {
         status.set('offline');
         return;
       }
-      if (response.ok) deliver((await response.json()).phase);
+      if (response.ok) deliver(check(STORY_EVENT, (await response.json()).phase));
     } catch {
       // Offline for now; the next tick tries again.
     }
@@ -552,7 +590,7 @@ export function connectStoryStream(storyId, options = {}) {
     polling.start();
   } else {
     source = openStream(EventSourceImpl, `${base}/events`, polling, status);
-    source.addEventListener('story.phase', (message) => deliver(parseJson(message.data)));
+    source.addEventListener(STORY_EVENT, (message) => deliver(check(STORY_EVENT, parseJson(message.data))));
   }
   return handle(status, polling, () => source && source.close());
 }

@@ -1,6 +1,8 @@
 # Sourced by scripts/test: the Node code the suite tests against, pinned, installed from npm under
 # .data/toolchain/ (Node and npm from Debian when missing) — Vercel's CLI for the deployment stage
-# (tests/deploy/) and the `eventsource` client for the stream tests against scripts/dev.
+# (tests/deploy/), the `eventsource` client for the stream tests against scripts/dev, and what
+# contracts/generate-client.mjs builds the browser client's validators and types with (Ajv's
+# standalone code, json-schema-to-typescript, and the TypeScript compiler that checks them).
 # uv, which the CLI's Python builder runs, is pinned in requirements-dev.txt and lives in .venv.
 # Whatever cannot be installed is left for its tests to report in one line; they never skip.
 VERCEL_CLI_VERSION="58.10.0"
@@ -28,3 +30,5 @@ export ERMIS_VERCEL_CLI="$ROOT/.data/toolchain/vercel-$VERCEL_CLI_VERSION/node_m
 npm_tool "vercel-$VERCEL_CLI_VERSION" node_modules/.bin/vercel "vercel@$VERCEL_CLI_VERSION"
 export ERMIS_NODE_EVENTSOURCE="$ROOT/.data/toolchain/eventsource-4.1.1/node_modules"
 npm_tool eventsource-4.1.1 node_modules/eventsource/package.json $EVENTSOURCE_PACKAGES
+export ERMIS_NODE_CONTRACTS="$ROOT/.data/toolchain/contracts/node_modules"
+npm_tool contracts node_modules/typescript/package.json ajv@8.20.0 json-schema-to-typescript@16.0.0 typescript@5.9.3

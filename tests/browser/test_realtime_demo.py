@@ -247,3 +247,36 @@ def test_a_stream_that_self_closes_stays_live_and_loses_nothing(browser: Browser
         assert requests.count("/api/notifications/events") >= 3
         assert "/api/notifications" not in requests and "/api/feed" not in requests  # no poll fired
         assert page.locator("li", has_text="(replay)").count() == 0
+
+
+VALIDATION_PAGE_SCRIPT = (Path(__file__).parent / "invalid_frames.js").read_text(encoding="utf-8")
+
+
+def test_frames_that_do_not_match_their_schema_are_dropped_and_reported_once(
+    browser: Browser, dev_server: DevServer
+) -> None:
+    page = browser.new_context().new_page()
+    page.goto(f"{dev_server.url}/realtime-demo.html")
+    seen = page.evaluate(VALIDATION_PAGE_SCRIPT)
+    assert seen["events"] == [
+        ["alert.triggered", "a1"],
+        ["review.status.changed", "r1"],
+        ["delivery.failed", "d1"],
+        ["notification.created", "n1"],
+    ]
+    assert [name for name, _ in seen["invalid"]] == [
+        "alert.triggered",  # reported once, though two alerts were bad
+        "review.status.changed",
+        "delivery.failed",
+        "notification.created",
+        "stream.reset",
+        "feed.changed",
+        "story.phase",
+    ]
+    assert seen["refreshes"] == 2  # the events' coalesced refresh and the valid reset's; not the bad reset's
+    assert (seen["feed"], seen["phases"]) == ([3], ["p1"])
+    assert seen["reconnects"] == [0, 1] and seen["idAfterBadCursor"] == "" and seen["lastEventId"] == "good-id"
+    assert [message.split(" frame")[0] for message in seen["warned"]] == [
+        "ermis-realtime: dropped a stream.end",
+        "ermis-realtime: dropped a stream.cursor",
+    ]
