@@ -10,7 +10,8 @@
 // Every frame, and every polled body that stands for one, is checked against its event's schema
 // (ermis-realtime-events.js, generated from contracts/schemas): one that does not match — a
 // version skew, a corrupting proxy — is dropped, never handed to the page, and reported once per
-// event name and connection to `onInvalid(name, data)`, or to the console without one.
+// event name and connection to `onInvalid(name, data)`, or to the console without one (the
+// transport's own `stream.cursor` and `stream.end`: to the console, once per page).
 
 import { isValidEvent } from './ermis-realtime-events.js';
 

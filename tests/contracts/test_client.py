@@ -11,6 +11,10 @@ import re
 import subprocess
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lib.contracts.stream_events import STREAM_EVENTS
 from lib.local.paths import PROJECT_ROOT
 
 NODE_MODULES = Path(os.environ.get("ERMIS_NODE_CONTRACTS", PROJECT_ROOT / ".data/toolchain/contracts/node_modules"))
@@ -69,3 +73,64 @@ def test_a_typescript_front_end_compiles_against_the_declarations_and_its_misuse
         timeout=180,
     )
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+
+
+VALIDATE_IN_NODE = """
+const { isValidEvent } = await import(process.argv[1]);
+const frames = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+console.log(JSON.stringify(frames.map(([name, data]) => isValidEvent(name, data))));
+"""
+
+
+def node_verdicts(frames: list[tuple[str, object]]) -> list[bool]:
+    result = subprocess.run(
+        [
+            "node",
+            "--input-type=module",
+            "-e",
+            VALIDATE_IN_NODE.replace("require('fs')", "(await import('fs'))"),
+            str(PUBLIC / "ermis-realtime-events.js"),
+        ],
+        input=json.dumps(frames),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return json.loads(result.stdout)
+
+
+def python_verdict(name: str, data: object) -> bool:
+    try:
+        STREAM_EVENTS[name].model_validate_json(json.dumps(data), strict=True)
+    except ValueError:
+        return False
+    return True
+
+
+event_frames = st.lists(
+    st.sampled_from(sorted(STREAM_EVENTS)).flatmap(
+        lambda name: st.tuples(
+            st.just(name), st.from_type(STREAM_EVENTS[name]).map(lambda m: m.model_dump(mode="json"))
+        )
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@settings(max_examples=15, deadline=None)
+@given(event_frames, st.randoms(use_true_random=False))
+def test_the_browser_validators_and_the_server_models_agree(frames: list, random) -> None:
+    """Every payload the server's models make passes the browser's validator; the same payload
+    with a field added, removed or of another type fails both."""
+    cases: list[tuple[str, object]] = list(frames)
+    for name, data in frames:
+        cases.append((name, {**data, "unexpected": 1}))
+        if data:
+            key = random.choice(sorted(data))
+            cases.append((name, {k: v for k, v in data.items() if k != key}))
+            cases.append((name, {**data, key: [data[key]]}))
+    verdicts = node_verdicts(cases)
+    assert all(verdicts[: len(frames)])
+    assert verdicts == [python_verdict(name, data) for name, data in cases]
