@@ -29,6 +29,7 @@ from lib.streams.listener import stop_change_listener
 from tests.support.auth import TEST_CRON_SECRET
 from tests.support.env import env_setter
 from tests.support.feeds import FeedServer
+from tests.support.node_signing import NodeSigner
 from tests.support.reliability import RELIABILITY
 from tests.support.reports import write_reports
 from tests.support.security import SECURITY
@@ -195,3 +196,11 @@ def mint_token(session_keys: tuple[str, str]) -> Callable[..., str]:
         return mint_session_token(session_keys[0], claims, ttl_seconds)
 
     return mint
+
+
+@pytest.fixture(scope="session")
+def node_signer() -> Iterator[NodeSigner]:
+    """The TypeScript signing rule in one long-lived Node child (``contracts/queue-signing.mjs``)."""
+    signer = NodeSigner()
+    yield signer
+    signer.close()

@@ -4,7 +4,6 @@ every double hypothesis can make, the documented examples, and the refusals nami
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -14,23 +13,16 @@ from lib.contracts.json_stringify import UnrepresentableValue, json_stringify, n
 from tests.support.node_signing import NodeSigner
 
 
-@pytest.fixture(scope="module")
-def node() -> Iterator[NodeSigner]:
-    signer = NodeSigner()
-    yield signer
-    signer.close()
-
-
-def node_stringify(node: NodeSigner, value: object) -> str:
+def node_stringify(node_signer: NodeSigner, value: object) -> str:
     # The signing input of {"v": value} is [["v",<JSON.stringify(value)>]].
-    signing_input = node.sign("unused", json.dumps({"v": value}))["signingInput"]
+    signing_input = node_signer.sign("unused", json.dumps({"v": value}))["signingInput"]
     return signing_input[len('[["v",') : -len("]]")]
 
 
 @settings(max_examples=1000, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False) | st.floats(-1e-5, 1e-5) | st.floats(1e15, 1e22))
-def test_numbers_are_written_as_node_writes_them(node: NodeSigner, value: float) -> None:
-    assert number_to_string(value) == node_stringify(node, value)
+def test_numbers_are_written_as_node_writes_them(node_signer: NodeSigner, value: float) -> None:
+    assert number_to_string(value) == node_stringify(node_signer, value)
 
 
 def test_the_documented_examples() -> None:

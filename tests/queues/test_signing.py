@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -26,13 +25,6 @@ from tests.support.node_signing import NodeSigner, node_vectors
 
 SECRET = "queue-secret-for-tests"
 MESSAGE = {"sourceId": "all-sources", "feedUrl": "", "batchId": "b-1", "requestedAt": "2026-12-02T10:00:00.000Z"}
-
-
-@pytest.fixture(scope="module")
-def node() -> Iterator[NodeSigner]:
-    signer = NodeSigner()
-    yield signer
-    signer.close()
 
 
 def as_json_text(message: dict) -> str:
@@ -78,13 +70,13 @@ def test_python_signs_every_vector_as_the_typescript_rule_does(set_env) -> None:
             assert message_rejection(delivered, now_s=message["signedAt"] / 1000) is None
 
 
-def test_the_typescript_rule_verifies_what_python_signs(node: NodeSigner) -> None:
+def test_the_typescript_rule_verifies_what_python_signs(node_signer: NodeSigner) -> None:
     vectors = load_vectors()
     for vector in vectors["vectors"]:
         python_signature = signature_for(json.loads(vector["message"]), vectors["secret"])
-        answer = node.sign(vectors["secret"], vector["message"], python_signature)
+        answer = node_signer.sign(vectors["secret"], vector["message"], python_signature)
         assert answer["verified"] is True, vector["class"]
-        tampered = node.sign(vectors["secret"], vector["message"], python_signature[:-1] + "0")
+        tampered = node_signer.sign(vectors["secret"], vector["message"], python_signature[:-1] + "0")
         assert tampered["verified"] is (python_signature[-1] == "0"), vector["class"]
 
 
@@ -140,7 +132,9 @@ def value_at(value: object, path: tuple) -> object:
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(json_key, json_value, min_size=1, max_size=5))
-def test_both_languages_write_identical_input_or_python_refuses_as_documented(node: NodeSigner, message: dict) -> None:
+def test_both_languages_write_identical_input_or_python_refuses_as_documented(
+    node_signer: NodeSigner, message: dict
+) -> None:
     try:
         ours = signing_input(message)
     except UnrepresentableValue as refused:
@@ -149,7 +143,7 @@ def test_both_languages_write_identical_input_or_python_refuses_as_documented(no
             isinstance(bad, int) and not isinstance(bad, bool) and abs(bad) > 2**53 - 1
         ), refused
         return
-    theirs = node.sign(SECRET, as_json_text(message))
+    theirs = node_signer.sign(SECRET, as_json_text(message))
     assert ours.decode() == theirs["signingInput"]
     assert signature_for(message, SECRET) == theirs["signature"]
 
