@@ -3,10 +3,11 @@ the consumer wrapper's DLQ payload), as typed models: the source of the committe
 in ``contracts/schemas/messages/`` (``lib.contracts.schemas``).
 
 - The four ``rss.*`` topics carry one message: ``RssQueueMessage`` is what a producer hands to
-  ``publish_rss_message``, validated before it is signed; ``SignedRssQueueMessage`` is what is on
-  the queue (plus ``signedAt`` and ``signature``), validated by the consumer after the signature
-  verifies. A message that verifies but does not match is dead-lettered at once with the reason
-  (retrying cannot fix it), so a producer's version skew shows in the operators' queue view.
+  ``publish_rss_message``; ``SignedRssQueueMessage`` is that message signed (plus ``signedAt``
+  and ``signature``), what is on the queue. ``publish_rss_message`` checks the signed message
+  before sending it, and the consumer checks it again after the signature verifies. A message
+  that verifies but does not match is dead-lettered at once with the reason (retrying cannot
+  fix it), so a producer's version skew shows in the operators' queue view.
 - The ``-dlq`` topics carry ``DeadLetterMessage``.
 
 Models are strict and closed (no coercion, no unknown fields): a field a producer adds is a
