@@ -1,31 +1,60 @@
-"""Cold start under Vercel's bootstrap: process start → ``server-started``, per built function,
-next to a bare Starlette app built and booted the same way — with Vercel's default build, and
-with the builder's bytecode precompilation (``VERCEL_PYTHON_COMPILEALL=1`` in the project's
-build environment).
+"""Cold start under Vercel's bootstrap (issue 23), three tables from one run, each function next
+to a bare Starlette app (``app = Starlette()``, only ``starlette`` pinned) built and booted the
+same way:
 
-Each bundle is built by ``vercel build`` (the pinned CLI, as the deployment stage builds it)
-and each function is started ``ROUNDS`` times exactly as the platform starts it
+1. **start → ``server-started``** per built function, in the build the project ships (bytecode
+   precompiled: ``vercel.json``'s ``build.env`` sets ``VERCEL_PYTHON_COMPILEALL=1``) and, for
+   comparison, in Vercel's default build (``VERCEL_PYTHON_COMPILEALL=0``);
+2. **start → first response** in the shipped build, for a representative request per function
+   with Postgres and Redis on loopback: a stream's first frame, a poll's or an operator GET's
+   JSON, a cron's 200 with nothing to do, a queue push delivery acknowledged (the SDK's embedded
+   queue service); the bare app's first response is its 404;
+3. **unpacked size** per function of the shipped build, and its largest vendored packages.
+
+Each bundle is built by ``vercel build`` (the pinned CLI, as the deployment stage builds it) and
+each function is started ``ROUNDS`` times exactly as the platform starts it
 (``tests.support.vercel_bootstrap``: its files unpacked, a bare Python 3.12, an emptied
-environment, ``VERCEL_IPC_PATH``). Reported: the median wall time from ``Popen`` to the IPC
-``server-started`` message, and its ratio to the bare app built the same way. The first round
-warms the page cache (as on a warm Vercel host) and is dropped.
+environment, ``VERCEL_IPC_PATH``). Reported: medians of the rounds after the first, which warms
+the page cache (as on a warm Vercel host), and their ratios to the bare app's.
 
 Run: ``.venv/bin/python -m benchmarks.cold_start`` (needs what ``./scripts/test`` installs).
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import statistics
 import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
+import jwt
+from vercel.queue.devserver import EmbeddedQueueDevServer, embedded_queue_dev_server
+
+from benchmarks.services import benchmark_services
 from lib.bundle import PROJECT_ROOT
+from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
+from lib.queues.publish import publish_rss_message
+from lib.queues.topics import RSS_QUEUE_TOPICS
+from lib.settings import get_settings
+from tests.support.queue import rss_message
 from tests.support.vercel_bootstrap import RunningFunction, bare_python312
 from tests.support.vercel_build import BuiltFunction, build_bundle, deploy_cache_dir
 
 ROUNDS = 4
-ENVIRONMENT = {"VERCEL": "1", "VERCEL_REGION": "arn1"}
-BUILDS = {"default build": {}, "VERCEL_PYTHON_COMPILEALL=1": {"VERCEL_PYTHON_COMPILEALL": "1"}}
+SHIPPED, DEFAULT = "shipped build (VERCEL_PYTHON_COMPILEALL=1)", "default build (VERCEL_PYTHON_COMPILEALL=0)"
+BUILDS = {SHIPPED: {"VERCEL_PYTHON_COMPILEALL": "1"}, DEFAULT: {"VERCEL_PYTHON_COMPILEALL": "0"}}
+BARE = "bare Starlette app"
+CRON_SECRET = "cold-start-cron-secret"
+SIGNING_SECRET = "cold-start-signing-secret"
+OIDC = {"x-vercel-oidc-token": jwt.encode({"sub": "cold-start", "exp": int(time.time()) + 86400}, "k" * 32)}
+
+FirstRequest = Callable[[str], None]
 
 
 def bare_starlette_project(root: Path) -> Path:
@@ -39,40 +68,188 @@ def bare_starlette_project(root: Path) -> Path:
     return root
 
 
-def median_boot_seconds(function: BuiltFunction, python: Path, scratch: Path) -> float:
-    walls = []
+def get_json(path: str, headers: dict[str, str]) -> FirstRequest:
+    def request(url: str) -> None:
+        response = httpx.get(url + path, headers={**OIDC, **headers}, timeout=60)
+        assert response.status_code < 500 and response.headers["content-type"].startswith("application/json"), (
+            path,
+            response.status_code,
+            response.text,
+        )
+
+    return request
+
+
+def bare_not_found(url: str) -> None:
+    assert httpx.get(url + "/", timeout=60).status_code == 404
+
+
+def first_frame(path: str, headers: dict[str, str]) -> FirstRequest:
+    def request(url: str) -> None:
+        with httpx.stream("GET", url + path, headers={**OIDC, **headers}, timeout=60) as response:
+            assert response.status_code == 200, (path, response.status_code)
+            received = b""
+            for chunk in response.iter_raw():
+                received += chunk
+                if b"\n\n" in received:
+                    return
+        raise AssertionError(f"{path}: the stream ended before its first frame")
+
+    return request
+
+
+def push_delivery(function: BuiltFunction, queue: EmbeddedQueueDevServer) -> FirstRequest:
+    """A fresh signed message on the function's topic, leased as Vercel's push leases it."""
+    [trigger] = function.config["experimentalTriggers"]
+    topic = next(name for name, wire in RSS_QUEUE_TOPICS.items() if wire == trigger["topic"])
+    path = "/" + function.name
+
+    def request(url: str) -> None:
+        asyncio.run(publish_rss_message(RSS_QUEUE_TOPICS[topic], rss_message(f"cold-{uuid.uuid4().hex}")))
+        [delivery] = list(queue.iter_push_deliveries(trigger["topic"], trigger["consumer"]))
+        response = httpx.post(url + path, content=delivery.body, headers={**delivery.headers, **OIDC}, timeout=60)
+        assert response.status_code == 200 and response.json() == {"acknowledged": True}, response.text
+
+    return request
+
+
+def representative_requests(
+    functions: dict[str, BuiltFunction], private_key: str, queue: EmbeddedQueueDevServer
+) -> dict[str, FirstRequest]:
+    member = {
+        "cookie": "__session="
+        + mint_session_token(private_key, {"sub": "u1", "org_id": "org_a", "org_role": "org:admin"}, 86400)
+    }
+    operator = {
+        "cookie": "__session=" + mint_session_token(private_key, {"sub": "op", "platform_role": "super_admin"}, 86400)
+    }
+    cron = {"authorization": f"Bearer {CRON_SECRET}"}
+    requests: dict[str, FirstRequest] = {}
+    for name, function in functions.items():
+        path = "/" + name.removesuffix("/index").replace("[storyId]", "s1")
+        if function.config.get("experimentalTriggers"):
+            requests[name] = push_delivery(function, queue)
+        elif name.endswith("/events"):
+            requests[name] = first_frame(path, member)
+        elif path in {
+            "/api/admin/audit",
+            "/api/admin/crons",
+            "/api/admin/dead-letters",
+            "/api/admin/flags",
+            "/api/admin/queues",
+        }:
+            requests[name] = get_json(path, operator)
+        elif name.startswith("api/admin/"):
+            requests[name] = get_json(path, cron)
+        else:
+            requests[name] = get_json(path, member)
+    return requests
+
+
+def measure(
+    function: BuiltFunction, python: Path, scratch: Path, env: dict[str, str], request: FirstRequest | None
+) -> tuple[float, float | None]:
+    """Median start → ``server-started`` and start → first response, over the rounds after the first."""
+    starts, responses = [], []
     for round_number in range(ROUNDS):
-        task_dir = scratch / f"{function.name.replace('/', '_')}-{round_number}"
-        with RunningFunction(function, task_dir, python, ENVIRONMENT) as running:
+        task_dir = scratch / f"{function.name.replace('/', '_')}-{uuid.uuid4().hex[:8]}"
+        with RunningFunction(function, task_dir, python, env) as running:
+            answered = time.perf_counter()
+            if request is not None:
+                request(running.url)
+            answered = time.perf_counter() - answered
             if round_number:
-                walls.append(running.boot_seconds)
-    return statistics.median(walls)
+                starts.append(running.boot_seconds)
+                responses.append(running.boot_seconds + answered)
+    return statistics.median(starts), statistics.median(responses) if request is not None else None
+
+
+def unpacked_size(function: BuiltFunction) -> tuple[int, Counter[str]]:
+    """Bytes of every file the platform unpacks for the function, and per vendored package."""
+    total, by_package = 0, Counter[str]()
+    for target, source in function.file_path_map.items():
+        size = (function.project / source).stat().st_size
+        total += size
+        parts = target.split("/")
+        if parts[0] == "_vendor" and len(parts) > 2:
+            by_package[parts[1].split("-")[0].removesuffix(".dist")] += size
+    for path in function.directory.rglob("*"):
+        if path.is_file():
+            total += path.stat().st_size
+    return total, by_package
+
+
+def ratio_table(title: str, rows: dict[str, dict[str, float]], labels: list[str]) -> None:
+    print(f"\n### {title}\n")
+    print(f"| function | {' | '.join(f'{label} | x bare' for label in labels)} |")
+    print("|---" * (1 + 2 * len(labels)) + "|")
+    first = labels[0]
+    for name in sorted(rows[first], key=lambda name: (name != BARE, rows[first][name])):
+        cells = [
+            f"{rows[label][name] * 1000:,.0f} ms | {rows[label][name] / rows[label][BARE]:.2f}" for label in labels
+        ]
+        print(f"| `{name}` | {' | '.join(cells)} |")
+    ratios = [rows[first][name] / rows[first][BARE] for name in rows[first] if name != BARE]
+    print(f"\nmedian x bare ({first}): {statistics.median(ratios):.2f}; largest: {max(ratios):.2f}")
 
 
 def main() -> None:
     python = bare_python312(deploy_cache_dir() / "python3.12-bare")
-    results: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory(prefix="cold-start-") as scratch_name:
+    starts: dict[str, dict[str, float]] = {label: {} for label in BUILDS}
+    responses: dict[str, float] = {}
+    sizes: dict[str, tuple[int, Counter[str]]] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="cold-start-") as scratch_name,
+        benchmark_services() as (database_url, redis_url),
+        embedded_queue_dev_server(manual_clock=False) as queue,
+    ):
         scratch = Path(scratch_name)
+        private_key, public_key = ensure_dev_key_pair(scratch / "keys")
+        environment = {
+            "VERCEL": "1",
+            "VERCEL_REGION": "arn1",
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "CRON_SECRET": CRON_SECRET,
+            "CLERK_JWT_KEY": public_key,
+            "ERMIS_QUEUE_SIGNING_SECRET": SIGNING_SECRET,
+            "VERCEL_QUEUE_BASE_URL": queue.base_url,
+        }
+        # This process publishes the messages the queue functions receive, signed as they verify.
+        os.environ.update(
+            ERMIS_QUEUE_SIGNING_SECRET=SIGNING_SECRET,
+            VERCEL_QUEUE_BASE_URL=queue.base_url,
+            VERCEL_QUEUE_API_TOKEN="local-token",  # noqa: S106 - the embedded service accepts any token
+            VERCEL_REGION="arn1",
+        )
+        get_settings.cache_clear()
         bare_source = bare_starlette_project(scratch / "bare-source")
         for index, (label, build_env) in enumerate(BUILDS.items()):
             bare = build_bundle(bare_source, scratch / f"bare-{index}", build_env)
             bundle = build_bundle(PROJECT_ROOT, scratch / f"bundle-{index}", build_env)
+            shipped = label == SHIPPED
+            requests = representative_requests(bundle.functions, private_key, queue) if shipped else {}
             tasks = scratch / f"tasks-{index}"
-            results[label] = {"bare Starlette app": median_boot_seconds(bare.functions["api/bare"], python, tasks)}
+            bare_404 = bare_not_found if shipped else None
+            starts[label][BARE], bare_response = measure(
+                bare.functions["api/bare"], python, tasks, environment, bare_404
+            )
+            if shipped:
+                responses[BARE] = bare_response or 0.0
+                sizes[BARE] = unpacked_size(bare.functions["api/bare"])
             for name, function in bundle.functions.items():
-                results[label][name] = median_boot_seconds(function, python, tasks)
-    labels = list(BUILDS)
-    header = f"| function | {' | '.join(f'{label} | x bare' for label in labels)} |"
-    print(header)
-    print("|---" * (1 + 2 * len(labels)) + "|")
-    default = results[labels[0]]
-    for name in sorted(default, key=lambda name: (name != "bare Starlette app", default[name])):
-        cells = []
-        for label in labels:
-            seconds, bare_seconds = results[label][name], results[label]["bare Starlette app"]
-            cells.append(f"{seconds * 1000:,.0f} ms | {seconds / bare_seconds:.2f}")
-        print(f"| `{name}` | {' | '.join(cells)} |")
+                starts[label][name], response = measure(function, python, tasks, environment, requests.get(name))
+                if shipped:
+                    responses[name] = response or 0.0
+                    sizes[name] = unpacked_size(function)
+    ratio_table("Start → server-started", starts, list(BUILDS))
+    ratio_table(f"Start → first response ({SHIPPED})", {"first response": responses}, ["first response"])
+    print(f"\n### Unpacked size ({SHIPPED})\n")
+    print("| function | unpacked | largest vendored packages |")
+    print("|---|---|---|")
+    for name, (total, by_package) in sorted(sizes.items(), key=lambda item: item[1][0]):
+        largest = ", ".join(f"{package} {size / 2**20:.1f} MB" for package, size in by_package.most_common(5))
+        print(f"| `{name}` | {total / 2**20:.1f} MB | {largest} |")
 
 
 if __name__ == "__main__":

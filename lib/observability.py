@@ -15,7 +15,10 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
+from lib.lazy_imports import lazy_import
 from lib.settings import get_settings, secret_or_none
+
+sentry_sdk = lazy_import("sentry_sdk")
 
 REDACTED = "[redacted]"
 _sentry_lock = threading.Lock()
@@ -66,8 +69,6 @@ def ensure_sentry() -> bool:
     dsn = secret_or_none(get_settings().sentry_dsn)
     if dsn is None:
         return False
-    import sentry_sdk
-
     with _sentry_lock:
         if _sentry_dsn_in_use != dsn or not sentry_sdk.get_client().is_active():
             sentry_sdk.init(
@@ -92,8 +93,6 @@ def _report_to_sentry(context: str, error: BaseException | str, fields: dict[str
     try:
         if not ensure_sentry():
             return
-        import sentry_sdk
-
         with sentry_sdk.new_scope() as scope:
             scope.set_tag("context", context)
             for key, value in fields.items():

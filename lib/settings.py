@@ -2,72 +2,176 @@
 
 ``get_settings()`` parses the environment once per process, which is what a warm serverless
 instance wants; tests that change the environment call ``get_settings.cache_clear()``.
-Secrets are ``SecretStr`` so they never print by accident, and ``secret_values()`` lists them
-for the log redactor in ``lib.observability``.
+
+Each attribute of ``Settings`` declares its variable: the attribute's name upper-cased unless
+``env=`` names another, read case-insensitively, an empty value counting as unset. A value that
+does not parse, or is out of its bounds, raises ``SettingsError`` naming the variable and what
+it must be, never the value (it may be a secret). Secrets are ``Secret`` so they never print by
+accident, and ``secret_values()`` lists them for the log redactor in ``lib.observability``.
+
+This is a plain reader, not pydantic-settings, because every request reads settings and a cold
+start should not pay for pydantic unless the request validates a model (issue 23; the reader
+replaced ``pydantic_settings.BaseSettings`` with the same names, defaults and bounds).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from typing import Literal
+from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore", env_ignore_empty=True)
+class SettingsError(ValueError):
+    """An environment variable that is set but not usable; the message names it, not its value."""
 
-    database_url: SecretStr | None = None
-    ermis_database_listen_url: SecretStr | None = None
-    db_pool_max_size: int = Field(default=4, ge=1, validation_alias="ERMIS_DB_POOL_MAX_SIZE")
-    db_connect_timeout_s: float = Field(default=5.0, gt=0, validation_alias="ERMIS_DB_CONNECT_TIMEOUT_S")
-    upstash_redis_rest_url: str | None = None
-    upstash_redis_rest_token: SecretStr | None = None
-    redis_url: SecretStr | None = None
 
-    cron_secret: SecretStr | None = None
-    ermis_queue_signing_secret: SecretStr | None = None
-    ermis_queue_signing_secret_next: SecretStr | None = None
-    ermis_queue_legacy_signatures_until: str | None = None
-    vercel: str | None = None
-    vercel_oidc_token: SecretStr | None = None
-    vercel_queue_api_token: SecretStr | None = None
-    vercel_queue_token: SecretStr | None = None
-    vercel_queue_base_url: str | None = None
-    vercel_region: str | None = None
-    vercel_deployment_id: str | None = None
-    ermis_queue_transport: Literal["vercel", "sqs"] = "vercel"
+class Secret:
+    """A secret's text: ``get_secret_value()`` reads it, ``repr`` and ``str`` never show it."""
 
-    ermis_tenant_ingestion_time_budget_ms: int = 240_000
-    ermis_feed_timeout_s: float = Field(default=10.0, gt=0)
-    ermis_feed_max_bytes: int = Field(default=5 * 1024 * 1024, gt=0)
-    ermis_feed_build_throttle_s: float = Field(default=120.0, ge=0)
-    ermis_webhook_timeout_s: float = Field(default=5.0, gt=0)
-    ermis_synthesis_provider: str = "deterministic"
-    ermis_synthesis_url: str | None = None
-    ermis_synthesis_api_key: SecretStr | None = None
-    ermis_synthesis_model: str = "gpt-4o-mini"
-    ermis_metering_batch_size: int = Field(default=100, ge=1)
-    polar_access_token: SecretStr | None = None
-    polar_server_url: str | None = None
-    sentry_dsn: SecretStr | None = None
+    __slots__ = ("_value",)
 
-    clerk_jwt_key: SecretStr | None = None
-    clerk_authorized_parties: str | None = None
-    ermis_allowed_origins: str | None = None
-    ermis_trust_forwarded_headers: bool = False
+    def __init__(self, value: str) -> None:
+        self._value = value
 
-    ermis_sse_poll_interval_ms: int | None = None
-    ermis_sse_max_duration_s: float | None = None
-    ermis_sse_safety_poll_s: float = Field(default=60.0, gt=0)
-    ermis_streams_per_user: int = Field(default=12, ge=1)
-    ermis_streams_per_tenant: int = Field(default=500, ge=1)
-    ermis_stream_lease_s: float = Field(default=60.0, gt=0)
-    ermis_header_timeout_s: float = Field(default=10.0, gt=0)
-    ermis_body_timeout_s: float = Field(default=30.0, gt=0)
+    def get_secret_value(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('**********')"
+
+    __str__ = __repr__
+
+
+class _Setting:
+    """One environment variable: how it parses, its default and the bounds it must meet."""
+
+    def __init__(
+        self,
+        parse: Callable[[str], Any],
+        default: Any,
+        expected: str,
+        env: str | None = None,
+        check: Callable[[Any], bool] | None = None,
+    ) -> None:
+        self.parse, self.default, self.expected, self.env, self.check = parse, default, expected, env, check
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.env = (self.env or name).upper()
+
+    def read(self, environ: Mapping[str, str]) -> Any:
+        raw = environ.get(self.env.lower(), "")
+        if raw == "":
+            return self.default
+        try:
+            value = self.parse(raw.strip() if self.parse is not Secret else raw)
+        except ValueError:
+            raise SettingsError(f"{self.env} must be {self.expected}") from None
+        if self.check is not None and not self.check(value):
+            raise SettingsError(f"{self.env} must be {self.expected}")
+        return value
+
+
+def _flag(raw: str) -> bool:
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise ValueError(raw)
+
+
+def _text(default: str | None = None) -> Any:
+    return _Setting(str, default, "text")
+
+
+def _secret() -> Any:
+    return _Setting(Secret, None, "text")
+
+
+def _integer(default: int | None, *, minimum: int | None = None, env: str | None = None) -> Any:
+    bound = f" of at least {minimum}" if minimum is not None else ""
+    return _Setting(int, default, f"an integer{bound}", env, None if minimum is None else lambda v: v >= minimum)
+
+
+def _number(
+    default: float | None, *, above: float | None = None, minimum: float | None = None, env: str | None = None
+) -> Any:
+    if above is not None:
+        return _Setting(float, default, f"a number above {above:g}", env, lambda v: v > above)
+    if minimum is not None:
+        return _Setting(float, default, f"a number of at least {minimum:g}", env, lambda v: v >= minimum)
+    return _Setting(float, default, "a number", env)
+
+
+def _one_of(default: str, *choices: str) -> Any:
+    return _Setting(str, default, "one of " + ", ".join(choices), check=lambda v: v in choices)
+
+
+class Settings:
+    database_url: Secret | None = _secret()
+    ermis_database_listen_url: Secret | None = _secret()
+    db_pool_max_size: int = _integer(4, minimum=1, env="ERMIS_DB_POOL_MAX_SIZE")
+    db_connect_timeout_s: float = _number(5.0, above=0, env="ERMIS_DB_CONNECT_TIMEOUT_S")
+    upstash_redis_rest_url: str | None = _text()
+    upstash_redis_rest_token: Secret | None = _secret()
+    redis_url: Secret | None = _secret()
+
+    cron_secret: Secret | None = _secret()
+    ermis_queue_signing_secret: Secret | None = _secret()
+    ermis_queue_signing_secret_next: Secret | None = _secret()
+    ermis_queue_legacy_signatures_until: str | None = _text()
+    vercel: str | None = _text()
+    vercel_oidc_token: Secret | None = _secret()
+    vercel_queue_api_token: Secret | None = _secret()
+    vercel_queue_token: Secret | None = _secret()
+    vercel_queue_base_url: str | None = _text()
+    vercel_region: str | None = _text()
+    vercel_deployment_id: str | None = _text()
+    ermis_queue_transport: str = _one_of("vercel", "vercel", "sqs")
+
+    ermis_tenant_ingestion_time_budget_ms: int = _integer(240_000)
+    ermis_feed_timeout_s: float = _number(10.0, above=0)
+    ermis_feed_max_bytes: int = _integer(5 * 1024 * 1024, minimum=1)
+    ermis_feed_build_throttle_s: float = _number(120.0, minimum=0)
+    ermis_webhook_timeout_s: float = _number(5.0, above=0)
+    ermis_synthesis_provider: str = _text("deterministic")
+    ermis_synthesis_url: str | None = _text()
+    ermis_synthesis_api_key: Secret | None = _secret()
+    ermis_synthesis_model: str = _text("gpt-4o-mini")
+    ermis_metering_batch_size: int = _integer(100, minimum=1)
+    polar_access_token: Secret | None = _secret()
+    polar_server_url: str | None = _text()
+    sentry_dsn: Secret | None = _secret()
+
+    clerk_jwt_key: Secret | None = _secret()
+    clerk_authorized_parties: str | None = _text()
+    ermis_allowed_origins: str | None = _text()
+    ermis_trust_forwarded_headers: bool = _Setting(_flag, False, "a boolean (true/false, 1/0, yes/no, on/off)")
+
+    ermis_sse_poll_interval_ms: int | None = _integer(None)
+    ermis_sse_max_duration_s: float | None = _number(None)
+    ermis_sse_safety_poll_s: float = _number(60.0, above=0)
+    ermis_streams_per_user: int = _integer(12, minimum=1)
+    ermis_streams_per_tenant: int = _integer(500, minimum=1)
+    ermis_stream_lease_s: float = _number(60.0, above=0)
+    ermis_header_timeout_s: float = _number(10.0, above=0)
+    ermis_body_timeout_s: float = _number(30.0, above=0)
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        source = os.environ if environ is None else environ
+        lowered = {name.lower(): value for name, value in source.items()}
+        for name, setting in _declared_settings():
+            # The instance attribute shadows the class's declaration (a non-data descriptor).
+            self.__dict__[name] = setting.read(lowered)
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        for name, _ in _declared_settings():
+            yield name, self.__dict__[name]
 
     @property
     def on_vercel(self) -> bool:
@@ -101,7 +205,7 @@ class Settings(BaseSettings):
         """Every configured secret, including a password embedded in a service URL."""
         values: list[str] = []
         for name, field_value in self:
-            if isinstance(field_value, SecretStr):
+            if isinstance(field_value, Secret):
                 raw = field_value.get_secret_value()
                 if raw:
                     values.append(raw)
@@ -118,12 +222,16 @@ def _url_password(url: str) -> str | None:
         return None
 
 
+def _declared_settings() -> Iterator[tuple[str, _Setting]]:
+    return ((name, value) for name, value in vars(Settings).items() if isinstance(value, _Setting))
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
 
 
-def secret_or_none(value: SecretStr | None) -> str | None:
+def secret_or_none(value: Secret | None) -> str | None:
     """The secret's text, with an empty or whitespace-only value treated as unset."""
     if value is None:
         return None

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import jwt
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from starlette.requests import Request
 
 from lib.auth.tenants import InvalidTenantId, canonical_tenant_id
+from lib.lazy_imports import lazy_import
 from lib.settings import get_settings, secret_or_none
+
+jwt = lazy_import("jwt")
+crypto_serialization = lazy_import("cryptography.hazmat.primitives.serialization")
 
 LEEWAY_SECONDS = 5
 MAX_CLAIM_LENGTH = 200
@@ -54,7 +56,7 @@ def session_token_from(request: Request) -> str | None:
 @lru_cache(maxsize=4)
 def _public_key(pem: str) -> Any:
     # Accept the key with literal "\n" sequences too, the form most dashboards store it in.
-    return load_pem_public_key(pem.replace("\\n", "\n").encode())
+    return crypto_serialization.load_pem_public_key(pem.replace("\\n", "\n").encode())
 
 
 def verify_session_token(token: str) -> Session:

@@ -19,12 +19,17 @@ import asyncio
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
-from psycopg import AsyncConnection
-from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
-
+from lib.lazy_imports import lazy_import
 from lib.settings import Settings, get_settings, secret_or_none
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg_pool import AsyncConnectionPool
+
+psycopg_pool = lazy_import("psycopg_pool")
+psycopg_rows = lazy_import("psycopg.rows")
 
 # loop → (the settings it was built from, pool): a settings reload (tests) replaces the pool.
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Settings, AsyncConnectionPool]] = (
@@ -48,12 +53,12 @@ async def get_pool() -> AsyncConnectionPool:
     conninfo = secret_or_none(settings.database_url)
     if conninfo is None:
         raise DatabaseNotConfigured()
-    pool = AsyncConnectionPool(
+    pool = psycopg_pool.AsyncConnectionPool(
         conninfo,
         min_size=0,
         max_size=settings.db_pool_max_size,
         timeout=settings.db_connect_timeout_s,
-        kwargs={"row_factory": dict_row, "connect_timeout": max(1, round(settings.db_connect_timeout_s))},
+        kwargs={"row_factory": psycopg_rows.dict_row, "connect_timeout": max(1, round(settings.db_connect_timeout_s))},
         open=False,
         name="ermis",
     )

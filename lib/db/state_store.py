@@ -15,9 +15,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
 from lib.db.pool import connection
+from lib.lazy_imports import lazy_import
+
+psycopg_json = lazy_import("psycopg.types.json")
 
 
 def like_prefix(prefix: str) -> str:
@@ -42,7 +43,7 @@ async def set_state(key: str, value: Any, ttl: timedelta | None = None) -> None:
             " VALUES (%s, %s, now() + %s::interval, now())"
             " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,"
             " expires_at = EXCLUDED.expires_at, updated_at = now()",
-            (key, Jsonb(value), ttl),
+            (key, psycopg_json.Jsonb(value), ttl),
         )
 
 
@@ -83,7 +84,7 @@ async def set_state_hash_field(key: str, field: str, value: Any) -> None:
             "INSERT INTO platform_state_hash (key, field, value, updated_at)"
             " VALUES (%s, %s, %s, now())"
             " ON CONFLICT (key, field) DO UPDATE SET value = EXCLUDED.value, updated_at = now()",
-            (key, field, Jsonb(value)),
+            (key, field, psycopg_json.Jsonb(value)),
         )
 
 

@@ -21,29 +21,26 @@ import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from lib.auth.gates import require_session
 from lib.http.bodies import int_query, json_body
 from lib.http.errors import ApiError
-from lib.http.request_limits import Identifier
+from lib.lazy_imports import lazy_import
 from lib.platform.ai_ledger_retry import LedgerDeadLetters, RedisNotConfigured
 from lib.platform.metering_dead_letters import MeteringDeadLetters
 from lib.platform.ops_audit import record_operator_action
 from lib.platform.stuck_work import Position, StuckEntry, StuckWorkSource
 from lib.queues.dead_letters import QueueDeadLetters
 
+request_bodies = lazy_import("lib.endpoints.request_bodies")
+
 SOURCES: dict[str, StuckWorkSource] = {
     source.name: source for source in (QueueDeadLetters(), LedgerDeadLetters(), MeteringDeadLetters())
 }
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
-MAX_IDS = 100
-MAX_REASON_CHARS = 500
-
-SourceName = Literal["queue", "ledger", "metering"]
 # A source's place in the merged list: not started (None), after a position, or exhausted (False).
 Cursor = dict[str, Position | Literal[False] | None]
 
@@ -114,23 +111,8 @@ async def list_dead_letters(request: Request) -> Response:
     )
 
 
-class DeadLetterAction(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    action: Literal["redrive", "delete"]
-    source: SourceName
-    ids: list[Identifier] = Field(min_length=1, max_length=MAX_IDS)
-    reason: str | None = Field(default=None, max_length=MAX_REASON_CHARS)
-
-    @model_validator(mode="after")
-    def delete_needs_a_reason(self) -> DeadLetterAction:
-        if self.action == "delete" and not (self.reason or "").strip():
-            raise ValueError("a delete needs a reason")
-        return self
-
-
 async def act_on_dead_letters(request: Request) -> Response:
-    body = await json_body(request, DeadLetterAction, "invalid_dead_letter_action")
+    body = await json_body(request, request_bodies.DeadLetterAction, "invalid_dead_letter_action")
     actor = require_session(request).user_id
     ids = list(dict.fromkeys(body.ids))
     source = SOURCES[body.source]

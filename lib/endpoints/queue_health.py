@@ -23,8 +23,8 @@ from starlette.responses import JSONResponse, Response
 
 from lib.clock import iso_timestamp
 from lib.db.pool import connection
+from lib.lazy_imports import lazy_import
 from lib.platform.ai_ledger_retry import DLQ_KEY, PROCESSING_KEY, QUEUE_KEY
-from lib.platform.ai_usage import MAX_AI_METERING_ATTEMPTS
 from lib.platform.flags import is_feature_enabled
 from lib.queues.client import get_queue_region, is_queues_provisioned
 from lib.queues.dead_letters import dead_letter_summary
@@ -32,6 +32,8 @@ from lib.queues.telemetry import EMPTY_TELEMETRY, read_topic_telemetry
 from lib.queues.topics import RSS_QUEUE_TOPICS, dlq_topic, wire_topic
 from lib.redis.client import get_redis
 from lib.redis.commands import execute_pipeline
+
+ai_usage = lazy_import("lib.platform.ai_usage")
 
 
 async def _ledger_retry_lengths() -> dict[str, int] | None:
@@ -49,7 +51,7 @@ async def _metering_outbox() -> dict[str, int]:
         cursor = await conn.execute(
             "SELECT status, count(*) AS count, count(*) FILTER (WHERE attempt_count >= %s) AS exhausted"
             " FROM ai_usage_metering_outbox GROUP BY status",
-            (MAX_AI_METERING_ATTEMPTS,),
+            (ai_usage.MAX_AI_METERING_ATTEMPTS,),
         )
         rows = await cursor.fetchall()
     counts = {"pending": 0, "processed": 0, "failed": 0, "exhausted": 0}

@@ -5,14 +5,19 @@ problem (every failing field with its message), never a traceback."""
 from __future__ import annotations
 
 import json
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from lib.http.errors import ApiError
+from lib.lazy_imports import lazy_import
 
-Model = TypeVar("Model", bound=BaseModel)
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+pydantic = lazy_import("pydantic")
+
+Model = TypeVar("Model", bound="BaseModel")
 
 
 async def json_body(request: Request, model: type[Model], code: str) -> Model:
@@ -26,7 +31,7 @@ async def json_body(request: Request, model: type[Model], code: str) -> Model:
         return model.model_validate(json.loads(await request.body()))
     except json.JSONDecodeError:
         raise ApiError(400, "invalid_json", "The body must be a JSON object.") from None
-    except ValidationError as error:
+    except pydantic.ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(map(str, issue['loc'])) or 'body'}: {issue['msg']}" for issue in error.errors()
         )

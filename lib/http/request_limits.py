@@ -14,17 +14,15 @@ error and before any handler runs,
   JSON parser met it first.
 
 Identifiers are checked where they are read, before SQL sees them: ``Identifier`` (for
-pydantic bodies) and ``lib.http.routing.dynamic_segment`` cap them at ``MAX_ID_LENGTH`` and refuse
-NUL (a JSON ``\\u0000`` escape survives the body check).
+pydantic bodies, ``lib.endpoints.request_bodies``) and ``lib.http.routing.dynamic_segment`` cap
+them at ``MAX_ID_LENGTH`` and refuse NUL (a JSON ``\\u0000`` escape survives the body check).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated
 from urllib.parse import unquote_to_bytes
 
-from pydantic import StringConstraints
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lib.http.errors import error_response
@@ -35,7 +33,6 @@ MAX_ID_LENGTH = 200
 MAX_PATH_BYTES = 2048  # the longest route with its ids is a few hundred bytes
 MAX_QUERY_BYTES = 8192
 MAX_HEADER_BYTES = 16 * 1024  # a session cookie is about 1 KB
-Identifier = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH, pattern=r"^[^\x00]+$")]
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A JSON string (skipped whole, escapes included) or a bracket; C-speed over the body.
 _JSON_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)

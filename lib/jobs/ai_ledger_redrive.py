@@ -25,12 +25,10 @@ Dead letters are unrecoverable billable spend, so ``deadLettered`` is escalated 
 from __future__ import annotations
 
 import json
-from typing import Any
-
-import psycopg
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from lib.jobs.cron_auth import report_cron_drain_failures
+from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
 from lib.platform.ai_ledger_retry import (
     acknowledge,
@@ -39,8 +37,17 @@ from lib.platform.ai_ledger_retry import (
     reclaim_stranded,
     retry_entry,
 )
-from lib.platform.ai_usage import POSTGRES_UNAVAILABLE, AiUsage, persist_ai_usage
 from lib.redis.client import REDIS_NOT_CONFIGURED, get_redis
+
+ai_usage = lazy_import("lib.platform.ai_usage")
+
+psycopg = lazy_import("psycopg")
+pydantic = lazy_import("pydantic")
+
+if TYPE_CHECKING:
+    from lib.platform.ai_usage import AiUsage
+
+    Claimed = list[tuple[str, AiUsage, int]]
 
 ROUTE = "/api/admin/ai/ledger/retry/flush"
 MONITOR = "ai-ledger-redrive"
@@ -61,8 +68,8 @@ def parse_entry(raw: str) -> tuple[AiUsage, int]:
     if not isinstance(attempts, int) or attempts < 0:
         raise ValueError("bad attempts")
     try:
-        return AiUsage.model_validate(data), attempts
-    except ValidationError as error:
+        return ai_usage.AiUsage.model_validate(data), attempts
+    except pydantic.ValidationError as error:
         fields = ", ".join(str(part) for issue in error.errors() for part in issue["loc"])
         raise ValueError(f"invalid columns: {fields}") from None
 
@@ -117,18 +124,15 @@ async def redrive_failed_ai_ledger_entries(
     return result
 
 
-Claimed = list[tuple[str, AiUsage, int]]
-
-
 async def _persist_isolating_bad_entries(valid: Claimed, result: dict[str, Any]) -> tuple[Claimed, bool]:
     """Insert the batch in one statement. Postgres unreachable: every entry failed, and the
     run should stop. Any other database error: one entry is bad, so insert one at a time to
     fail only that one. Returns (failed entries, whether Postgres is down)."""
     try:
-        await persist_ai_usage([usage for _, usage, _ in valid])
+        await ai_usage.persist_ai_usage([usage for _, usage, _ in valid])
         result["succeeded"] += len(valid)
         return [], False
-    except POSTGRES_UNAVAILABLE as error:
+    except ai_usage.POSTGRES_UNAVAILABLE as error:
         result["errors"].append(f"ledger insert failed: {type(error).__name__}")
         return list(valid), True
     except psycopg.Error:
@@ -136,7 +140,7 @@ async def _persist_isolating_bad_entries(valid: Claimed, result: dict[str, Any])
     failed: Claimed = []
     for entry in valid:
         try:
-            await persist_ai_usage([entry[1]])
+            await ai_usage.persist_ai_usage([entry[1]])
             result["succeeded"] += 1
         except psycopg.Error as error:
             result["errors"].append(f"entry {entry[1].id[:80]} rejected: {type(error).__name__}")

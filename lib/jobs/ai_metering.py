@@ -24,19 +24,24 @@ not send: beyond ``limit``, or held by a concurrent flush. No ``POLAR_ACCESS_TOK
 
 from __future__ import annotations
 
-from typing import Any
-
-from polar import PolarClientError, PolarError
-from polar.base import PolarRateLimitError
-from polar.v2026_10 import PolarAsync
-from psycopg import AsyncConnection
+from typing import TYPE_CHECKING, Any
 
 from lib.db.pool import connection
 from lib.jobs.cron_auth import report_cron_drain_failures
+from lib.lazy_imports import lazy_import
 from lib.observability import describe_error
-from lib.platform.ai_usage import MAX_AI_METERING_ATTEMPTS
 from lib.platform.flags import is_feature_enabled
 from lib.settings import get_settings, secret_or_none
+
+if TYPE_CHECKING:
+    from polar import PolarError
+    from polar.v2026_10 import PolarAsync
+    from psycopg import AsyncConnection
+
+ai_usage = lazy_import("lib.platform.ai_usage")
+polar_sdk = lazy_import("polar")
+polar_base = lazy_import("polar.base")
+polar_api = lazy_import("polar.v2026_10")
 
 ROUTE = "/api/admin/ai/metering/flush"
 MONITOR = "ai-metering-flush"
@@ -51,7 +56,7 @@ def polar_client() -> PolarAsync | None:
     token = secret_or_none(settings.polar_access_token)
     if token is None:
         return None
-    return PolarAsync(token, base_url=settings.polar_server_url or None, timeout=POLAR_TIMEOUT_SECONDS)
+    return polar_api.PolarAsync(token, base_url=settings.polar_server_url or None, timeout=POLAR_TIMEOUT_SECONDS)
 
 
 def external_id(row_id: int) -> str:
@@ -64,7 +69,7 @@ async def _send(polar: PolarAsync, rows: list[dict[str, Any]]) -> None:
 
 def _is_rejection(error: PolarError) -> bool:
     """A 4xx that blames the events (not a rate limit): retrying the same bytes cannot help."""
-    return isinstance(error, PolarClientError) and not isinstance(error, PolarRateLimitError)
+    return isinstance(error, polar_sdk.PolarClientError) and not isinstance(error, polar_base.PolarRateLimitError)
 
 
 async def _mark(conn: AsyncConnection, processed: list[int], failed: dict[int, str]) -> None:
@@ -87,7 +92,7 @@ async def _deliver(polar: PolarAsync, rows: list[dict[str, Any]]) -> tuple[list[
     try:
         await _send(polar, rows)
         return [row["id"] for row in rows], {}
-    except PolarError as error:
+    except polar_sdk.PolarError as error:
         if not _is_rejection(error) or len(rows) == 1:
             return [], {row["id"]: describe_error(error) for row in rows}
     processed: list[int] = []
@@ -116,7 +121,7 @@ async def flush_ai_metering_outbox(limit: int = 100) -> dict[str, Any]:
 
 async def _drain(polar: PolarAsync, limit: int, result: dict[str, Any]) -> None:
     batch_size = get_settings().ermis_metering_batch_size
-    params = {"max_attempts": MAX_AI_METERING_ATTEMPTS}
+    params = {"max_attempts": ai_usage.MAX_AI_METERING_ATTEMPTS}
     attempted: list[int] = []
     while len(attempted) < limit:
         async with connection() as conn, conn.transaction():

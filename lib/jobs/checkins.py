@@ -15,7 +15,10 @@ from typing import Any
 from starlette.responses import Response
 
 from lib.jobs.schedule import cron_name, deployed_schedules
+from lib.lazy_imports import lazy_import
 from lib.observability import ensure_sentry
+
+sentry_crons = lazy_import("sentry_sdk.crons")
 
 MAX_RUNTIME_MINUTES = 5  # Vercel's longest function duration here is 300 s.
 
@@ -35,20 +38,20 @@ def monitor_config(path: str) -> dict[str, Any] | None:
 async def with_cron_checkin(path: str, run: Callable[[], Awaitable[Response]]) -> Response:
     if not ensure_sentry():
         return await run()
-    from sentry_sdk.crons import MonitorStatus, capture_checkin
-
     slug = cron_name(path)
     config = monitor_config(path)
-    check_in_id = capture_checkin(monitor_slug=slug, status=MonitorStatus.IN_PROGRESS, monitor_config=config)
+    check_in_id = sentry_crons.capture_checkin(
+        monitor_slug=slug, status=sentry_crons.MonitorStatus.IN_PROGRESS, monitor_config=config
+    )
     started = time.monotonic()
-    status = MonitorStatus.ERROR
+    status = sentry_crons.MonitorStatus.ERROR
     try:
         response = await run()
         if response.status_code < 500:
-            status = MonitorStatus.OK
+            status = sentry_crons.MonitorStatus.OK
         return response
     finally:
-        capture_checkin(
+        sentry_crons.capture_checkin(
             monitor_slug=slug,
             check_in_id=check_in_id,
             status=status,

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from croniter import croniter
-
 from lib.clock import iso_timestamp
 from lib.db.pool import connection
 from lib.jobs.run_leases import LEASE_SECONDS
 from lib.jobs.schedule import CronEntry, load_crons
+from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
+
+croniter = lazy_import("croniter")
 
 RUNS_PER_JOB = 20
 STALE_INTERVALS = 2
@@ -35,7 +36,7 @@ STALE_INTERVALS = 2
 
 def schedule_interval(schedule: str, at: datetime) -> timedelta:
     """The gap between the next two fire times after ``at``."""
-    fires = croniter(schedule, at)
+    fires = croniter.croniter(schedule, at)
     first = fires.get_next(datetime)
     return fires.get_next(datetime) - first
 

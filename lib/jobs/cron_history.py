@@ -18,12 +18,14 @@ import json
 import time
 from typing import Any, Literal
 
-from psycopg.types.json import Jsonb
 from starlette.responses import Response
 
 from lib.db.pool import connection
 from lib.http.errors import REPORTED_ERROR
+from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
+
+psycopg_json = lazy_import("psycopg.types.json")
 
 RETENTION_DAYS = 30
 ERROR_CHARS = 2000
@@ -73,7 +75,7 @@ async def _finish(
                     status,
                     round((time.monotonic() - started) * 1000),
                     http_status,
-                    Jsonb(summary) if summary is not None else None,
+                    psycopg_json.Jsonb(summary) if summary is not None else None,
                     error[:ERROR_CHARS] if error else None,
                     run_id,
                 ),
@@ -88,7 +90,7 @@ async def record_skipped_run(job: str, trigger: Trigger, running_since: str) -> 
             await conn.execute(
                 "INSERT INTO cron_runs (job, trigger, status, finished_at, duration_ms, http_status, summary)"
                 " VALUES (%s, %s, 'skipped', now(), 0, 200, %s)",
-                (job, trigger, Jsonb({"skipped": "already_running", "runningSince": running_since})),
+                (job, trigger, psycopg_json.Jsonb({"skipped": "already_running", "runningSince": running_since})),
             )
     except Exception as error:  # noqa: BLE001 - history never stops a job
         log_server_error(f"cron-history:{job}", error)

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from croniter import croniter
-
 from lib.bundle import PROJECT_ROOT, read_vercel_config
+from lib.lazy_imports import lazy_import
+
+croniter = lazy_import("croniter")
 
 CRON_PATH_PREFIX = "/api/admin/"
 
@@ -36,7 +37,7 @@ def load_crons(project_root: Path = PROJECT_ROOT) -> list[CronEntry]:
     config = read_vercel_config(project_root)
     entries = [CronEntry(item["path"], item["schedule"]) for item in config.get("crons", [])]
     for entry in entries:
-        if not croniter.is_valid(entry.schedule):
+        if not croniter.croniter.is_valid(entry.schedule):
             raise ValueError(f"invalid cron schedule {entry.schedule!r} for {entry.path}")
     return entries
 

@@ -21,16 +21,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import psycopg
-from psycopg.types.json import Jsonb
-from psycopg_pool import PoolTimeout
 from pydantic import BaseModel, ConfigDict, Field
 
 from lib.clock import iso_timestamp, utc_now
 from lib.db.pool import DatabaseNotConfigured, connection
+from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
 from lib.platform.ai_ledger_retry import enqueue_ai_ledger_retry
 from lib.runtime.after_response import run_after_response
+
+psycopg = lazy_import("psycopg")
+psycopg_pool = lazy_import("psycopg_pool")
+psycopg_json = lazy_import("psycopg.types.json")
 
 AI_USAGE_EVENT_NAME = "ai_usage"
 # An outbox row is sent to Polar at most this many times (spec: MAX_AI_METERING_ATTEMPTS).
@@ -91,13 +93,13 @@ async def persist_ai_usage(usages: list[AiUsage]) -> int:
         return 0
     rows = [{**usage.model_dump(mode="json"), "event": metering_event(usage)} for usage in usages]
     async with connection() as conn:
-        cursor = await conn.execute(_PERSIST_SQL, {"rows": Jsonb(rows)})
+        cursor = await conn.execute(_PERSIST_SQL, {"rows": psycopg_json.Jsonb(rows)})
     return cursor.rowcount
 
 
 # What "Postgres is unreachable" looks like from here: the pool cannot hand out a connection,
 # the connection dropped, or no database is configured at all.
-POSTGRES_UNAVAILABLE = (psycopg.OperationalError, PoolTimeout, DatabaseNotConfigured)
+POSTGRES_UNAVAILABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout, DatabaseNotConfigured)
 
 
 async def record_ai_usage(usage: AiUsage) -> str:

@@ -23,12 +23,16 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
-
-from psycopg import AsyncConnection, sql
-from psycopg.types.json import Jsonb
+from typing import TYPE_CHECKING, Any, Literal
 
 from lib.db.pool import connection
+from lib.lazy_imports import lazy_import
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+psycopg_sql = lazy_import("psycopg.sql")
+psycopg_json = lazy_import("psycopg.types.json")
 
 DEFAULT_GRACE = timedelta(days=30)
 
@@ -118,11 +122,11 @@ async def list_due_data_erasure_requests() -> list[ErasureRequest]:
 
 
 async def _apply(conn: AsyncConnection, target: ErasureTarget, subject_user_id: str) -> int:
-    table, column = sql.Identifier(target.table), sql.Identifier(target.subject_column)
+    table, column = psycopg_sql.Identifier(target.table), psycopg_sql.Identifier(target.subject_column)
     if target.action == "delete":
-        statement = sql.SQL("DELETE FROM {} WHERE {} = %s").format(table, column)
+        statement = psycopg_sql.SQL("DELETE FROM {} WHERE {} = %s").format(table, column)
     else:
-        statement = sql.SQL("UPDATE {} SET {} = NULL WHERE {} = %s").format(table, column, column)
+        statement = psycopg_sql.SQL("UPDATE {} SET {} = NULL WHERE {} = %s").format(table, column, column)
     cursor = await conn.execute(statement, (subject_user_id,))
     return cursor.rowcount
 
@@ -141,6 +145,6 @@ async def confirm_data_erasure_request(request_id: str) -> ErasureRequest | None
         cursor = await conn.execute(
             "UPDATE data_erasure_requests SET status = 'purged', purged_at = now(), purge_counts = %s"
             f" WHERE id = %s RETURNING {_COLUMNS}",
-            (Jsonb(counts), uuid.UUID(request_id)),
+            (psycopg_json.Jsonb(counts), uuid.UUID(request_id)),
         )
         return ErasureRequest.from_row(await cursor.fetchone())

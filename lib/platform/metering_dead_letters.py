@@ -13,8 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from lib.db.pool import connection
-from lib.platform.ai_usage import MAX_AI_METERING_ATTEMPTS
+from lib.lazy_imports import lazy_import
 from lib.platform.stuck_work import EntryOutcome, Outcome, Position, StuckEntry, outcomes_in_order, row_ids
+
+ai_usage = lazy_import("lib.platform.ai_usage")
 
 _EXHAUSTED = "status = 'failed' AND attempt_count >= %(max_attempts)s"
 _FAILED_AT = "COALESCE(last_attempt_at, created_at)"
@@ -24,7 +26,7 @@ class MeteringDeadLetters:
     name = "metering"
 
     async def list_entries(self, limit: int, before: Position | None) -> list[StuckEntry]:
-        params: dict[str, Any] = {"max_attempts": MAX_AI_METERING_ATTEMPTS, "limit": limit}
+        params: dict[str, Any] = {"max_attempts": ai_usage.MAX_AI_METERING_ATTEMPTS, "limit": limit}
         after_clause = ""
         if before is not None and before[1].isdigit():
             after_clause = f" AND ({_FAILED_AT}, id) < (%(at)s, %(id)s)"
@@ -51,7 +53,7 @@ class MeteringDeadLetters:
                 await conn.execute(
                     f"UPDATE ai_usage_metering_outbox SET {assignment}"
                     f" WHERE id = ANY(%(ids)s) AND {_EXHAUSTED} RETURNING id",
-                    {"ids": row_ids(ids), "max_attempts": MAX_AI_METERING_ATTEMPTS},
+                    {"ids": row_ids(ids), "max_attempts": ai_usage.MAX_AI_METERING_ATTEMPTS},
                 )
             ).fetchall()
             earlier = await (

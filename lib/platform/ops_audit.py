@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
 from lib.clock import iso_timestamp
 from lib.db.pool import connection
+from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
+
+psycopg_json = lazy_import("psycopg.types.json")
 
 MAX_AUDIT_LIMIT = 200
 
@@ -28,7 +29,7 @@ async def record_operator_action(
                 await conn.execute(
                     "INSERT INTO ops_audit_log (actor, action, source, target_ids, reason, outcome)"
                     " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
-                    (actor, action, source, Jsonb(target_ids), reason, Jsonb(outcome)),
+                    (actor, action, source, psycopg_json.Jsonb(target_ids), reason, psycopg_json.Jsonb(outcome)),
                 )
             ).fetchone()
             return int(row["id"])

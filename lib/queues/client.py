@@ -15,10 +15,16 @@ platform there is no in-process path: a client that cannot get a token raises
 
 from __future__ import annotations
 
-from vercel.headers import get_headers
-from vercel.queue import ALL_DEPLOYMENTS, CURRENT_DEPLOYMENT, QueueClient
+from typing import TYPE_CHECKING
 
+from lib.lazy_imports import lazy_import
 from lib.settings import get_settings, secret_or_none
+
+if TYPE_CHECKING:
+    from vercel.queue import QueueClient
+
+vercel_headers = lazy_import("vercel.headers")
+vercel_queue = lazy_import("vercel.queue")
 
 DEFAULT_REGION = "iad1"
 OIDC_HEADER = "x-vercel-oidc-token"
@@ -29,7 +35,7 @@ class QueueNotProvisioned(RuntimeError):
 
 
 def _request_oidc_token() -> str | None:
-    headers = get_headers() or {}
+    headers = vercel_headers.get_headers() or {}
     return (headers.get(OIDC_HEADER) or "").strip() or None
 
 
@@ -60,9 +66,9 @@ def queue_client() -> QueueClient:
             "project's OIDC token so requests carry x-vercel-oidc-token"
         )
     settings = get_settings()
-    return QueueClient(
+    return vercel_queue.QueueClient(
         region=get_queue_region(),
         token=secret_or_none(settings.vercel_queue_api_token),
         base_url=settings.vercel_queue_base_url or None,
-        deployment=CURRENT_DEPLOYMENT if settings.vercel_deployment_id else ALL_DEPLOYMENTS,
+        deployment=vercel_queue.CURRENT_DEPLOYMENT if settings.vercel_deployment_id else vercel_queue.ALL_DEPLOYMENTS,
     )

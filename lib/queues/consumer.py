@@ -49,19 +49,12 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from vercel.queue import Message, QueueError, RetryAfter, SanitizedName, subscribe
 
 from lib.bundle import bundle_relative_path
 from lib.clock import iso_timestamp
-from lib.contracts.queue_messages import (
-    DLQ_ERROR_MESSAGE_CHARS,
-    QUEUE_MESSAGES,
-    DeadLetterMessage,
-    InvalidMessage,
-    check_message,
-)
 from lib.http.errors import error_response
 from lib.http.routing import Handler
+from lib.lazy_imports import lazy_import
 from lib.observability import describe_error, log_server_error
 from lib.queues.claims import BatchClaim, claim_batch, finish_batch
 from lib.queues.client import queue_client, uses_queue_service
@@ -71,6 +64,10 @@ from lib.queues.publish import RssHandler, RssMessageMetadata, register_rss_in_p
 from lib.queues.signing import message_rejection
 from lib.queues.telemetry import record_delivery
 from lib.queues.topics import dlq_topic, wire_topic
+
+queue_messages = lazy_import("lib.contracts.queue_messages")
+vercel_queue = lazy_import("vercel.queue")
+
 
 MAX_RETRY_DELAY_SECONDS = 300
 
@@ -125,6 +122,23 @@ class RssConsumer:
         # The SDK holds subscribers weakly; this reference keeps ours registered.
         self.subscriber: Any = None
 
+    def subscribe_to_vercel_queue(self) -> None:
+        """Register with the queue SDK, once, at the first push delivery rather than at import:
+        the SDK is loaded only by a function that receives from Vercel's queue (lib.lazy_imports)."""
+        if self.subscriber is not None:
+            return
+
+        # The SDK reads this annotation (typing.get_type_hints) to decode the message: it must
+        # resolve at run time, so it names the SDK's class through the stand-in.
+        async def deliver(message: vercel_queue.Message[dict[str, object]]) -> None:
+            await self.on_vercel_delivery(message)
+
+        deliver.__name__ = f"deliver_{self.name}"
+        # Already Vercel's name: a plain str would be sanitised again (every "_" doubled).
+        self.subscriber = vercel_queue.subscribe(
+            deliver, topic=wire_topic(self.topic), consumer_group=vercel_queue.SanitizedName(self.name)
+        )
+
     async def process(self, payload: Any, metadata: RssMessageMetadata) -> str | None:
         """Verify, claim and run once per batch; returns why the message was rejected, if it was."""
         context = f"queues:{self.topic}"
@@ -137,7 +151,7 @@ class RssConsumer:
                 deliveryCount=metadata.delivery_count,
             )
             return rejection
-        check_message(QUEUE_MESSAGES[self.topic], payload)
+        queue_messages.check_message(queue_messages.QUEUE_MESSAGES[self.topic], payload)
         batch_id = str(payload.get("batchId") or "")
         if not batch_id:
             await self.handler(payload, metadata)
@@ -168,7 +182,7 @@ class RssConsumer:
         except BatchHeldElsewhere as held:
             await record_delivery(self.topic, "held", created_at=created_at)
             return DeliveryResult(retry_after_seconds=held.retry_after_seconds)
-        except InvalidMessage as invalid:  # retrying cannot fix it: dead-lettered at once
+        except queue_messages.InvalidMessage as invalid:  # retrying cannot fix it: dead-lettered at once
             log_server_error(f"queues:{self.topic}", invalid, messageId=metadata.message_id)
             return await self._dead_letter(delivery, str(invalid), mirror_dead_letter)
         except Exception as error:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
@@ -178,7 +192,10 @@ class RssConsumer:
             described = describe_error(error)
             if metadata.delivery_count < self.options.max_attempts:
                 await record_delivery(
-                    self.topic, "retried", created_at=created_at, error=described[:DLQ_ERROR_MESSAGE_CHARS]
+                    self.topic,
+                    "retried",
+                    created_at=created_at,
+                    error=described[: queue_messages.DLQ_ERROR_MESSAGE_CHARS],
                 )
                 return DeliveryResult(retry_after_seconds=retry_delay_seconds(metadata.delivery_count))
             return await self._dead_letter(delivery, described, mirror_dead_letter)
@@ -198,9 +215,9 @@ class RssConsumer:
             "originalTopic": self.topic,
             "deliveryCount": delivery.delivery_count,
             "failedAt": iso_timestamp(),
-            "errorMessage": reason[:DLQ_ERROR_MESSAGE_CHARS],
+            "errorMessage": reason[: queue_messages.DLQ_ERROR_MESSAGE_CHARS],
         }
-        check_message(DeadLetterMessage, dead_letter)
+        queue_messages.check_message(queue_messages.DeadLetterMessage, dead_letter)
         if mirror_dead_letter is not None:
             await mirror_dead_letter(dead_letter)
         await record_delivery(
@@ -212,7 +229,7 @@ class RssConsumer:
         )
         return DeliveryResult(dead_letter=dead_letter)
 
-    async def on_vercel_delivery(self, message: Message[dict[str, object]]) -> None:
+    async def on_vercel_delivery(self, message: vercel_queue.Message[dict[str, object]]) -> None:
         """The SDK's subscriber: a result to retry becomes the SDK's ``RetryAfter``; a dead
         letter is mirrored to the ``-dlq`` topic (the send awaited, so the record cannot die
         with the instance) and the message acknowledged."""
@@ -228,7 +245,7 @@ class RssConsumer:
 
         result = await self.deliver(delivery, send_to_dlq_topic)
         if result.retry_after_seconds is not None:
-            raise RetryAfter(result.retry_after_seconds)
+            raise vercel_queue.RetryAfter(result.retry_after_seconds)
 
 
 async def _release(claim: BatchClaim) -> None:
@@ -249,13 +266,6 @@ def _consumer_for(topic: str, name: str, handler: RssHandler, options: ConsumerO
         return existing
     consumer = RssConsumer(topic, name, handler, options)
     _consumers[(topic, name)] = consumer
-
-    async def deliver(message: Message[dict[str, object]]) -> None:
-        await consumer.on_vercel_delivery(message)
-
-    deliver.__name__ = f"deliver_{name}"
-    # Already Vercel's name: a plain str would be sanitised again (every "_" doubled).
-    consumer.subscriber = subscribe(deliver, topic=wire_topic(topic), consumer_group=SanitizedName(name))
     return consumer
 
 
@@ -287,11 +297,12 @@ def create_rss_consumer(
             log_server_error(f"queues:{topic}", f"push for another consumer: {mismatch}")
             return error_response(400, "consumer_mismatch", mismatch)
         body = await request.body()
+        consumer.subscribe_to_vercel_queue()
         try:
             await queue_client().accept_and_handle(
                 body, dict(request.headers), lease_duration=consumer.options.visibility_timeout_seconds
             )
-        except (QueueError, ValueError) as error:
+        except (vercel_queue.QueueError, ValueError) as error:
             log_server_error(f"queues:{topic}", error)
             return error_response(400, "malformed_delivery", "The push delivery could not be accepted.")
         return JSONResponse({"acknowledged": True})

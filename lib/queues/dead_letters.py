@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
 from lib.db.pool import connection
+from lib.lazy_imports import lazy_import
 from lib.observability import describe_error
 from lib.platform.stuck_work import EntryOutcome, Position, StuckEntry, outcomes_in_order, row_ids
 from lib.queues.publish import publish_rss_message
+
+psycopg_json = lazy_import("psycopg.types.json")
 
 _INSERT = (
     "INSERT INTO queue_dead_letters (topic, original_message_id, delivery_count, error_message, payload)"
@@ -39,7 +40,7 @@ def insert_dead_letter(dead_letter: dict[str, Any], payload: Any) -> tuple[str, 
         "dl_message_id": dead_letter["originalMessageId"],
         "dl_delivery_count": dead_letter["deliveryCount"],
         "dl_error": dead_letter["errorMessage"],
-        "dl_payload": Jsonb(payload),
+        "dl_payload": psycopg_json.Jsonb(payload),
     }
 
 

@@ -22,11 +22,13 @@ from typing import Any, Literal
 
 from lib.clock import iso_timestamp
 from lib.contracts.json_stringify import json_stringify
-from lib.contracts.queue_messages import QUEUE_MESSAGES, InvalidMessage, check_message
+from lib.lazy_imports import lazy_import
 from lib.queues.signing import sign_message
 from lib.queues.telemetry import record_published
 from lib.queues.topics import RSS_QUEUE_TOPICS
 from lib.queues.transport import queue_transport
+
+queue_messages = lazy_import("lib.contracts.queue_messages")
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,10 @@ async def publish_rss_message(topic: str, message: dict[str, Any], *, key: str |
     handler, or ``dropped`` (not provisioned, no handler registered). ``key`` replaces the
     spec's idempotency key (a redrive must not be deduplicated against the original send)."""
     signed = sign_message(message)
-    contract = QUEUE_MESSAGES.get(topic)
+    contract = queue_messages.QUEUE_MESSAGES.get(topic)
     if contract is None:
-        raise InvalidMessage(f"{topic!r} is not a queue topic with a contract")
-    check_message(contract, signed)
+        raise queue_messages.InvalidMessage(f"{topic!r} is not a queue topic with a contract")
+    queue_messages.check_message(contract, signed)
     transport = queue_transport()
     if transport is not None:
         await transport.send(topic, signed, idempotency_key=key or idempotency_key(topic, signed))

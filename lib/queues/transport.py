@@ -25,9 +25,13 @@ import json
 from functools import lru_cache
 from typing import Any, Protocol
 
+from lib.lazy_imports import lazy_import
 from lib.queues.client import QueueNotProvisioned, queue_client, uses_queue_service
 from lib.queues.topics import wire_topic
 from lib.settings import get_settings
+
+# Only the SQS transport needs boto3; Lambda's runtime provides it.
+boto3 = lazy_import("boto3")
 
 
 class QueueTransport(Protocol):
@@ -45,8 +49,6 @@ class VercelQueueTransport:
 
 @lru_cache(maxsize=1)
 def sqs_client() -> Any:
-    import boto3  # only the SQS transport needs it; Lambda's runtime provides it
-
     return boto3.client("sqs")
 
 

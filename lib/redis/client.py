@@ -19,7 +19,11 @@ import asyncio
 import weakref
 from typing import Any
 
+from lib.lazy_imports import lazy_import
 from lib.settings import Settings, get_settings, secret_or_none
+
+redis_asyncio = lazy_import("redis.asyncio")
+upstash_redis_asyncio = lazy_import("upstash_redis.asyncio")
 
 # loop → (the settings it was built from, client): a settings reload (tests) rebuilds it.
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Settings, Any]] = weakref.WeakKeyDictionary()
@@ -47,17 +51,13 @@ def get_redis() -> Any | None:
     if kind is None:
         return None
     if kind == "upstash":
-        from upstash_redis.asyncio import Redis as UpstashRedis
-
-        client = UpstashRedis(
+        client = upstash_redis_asyncio.Redis(
             url=settings.upstash_redis_rest_url,
             token=secret_or_none(settings.upstash_redis_rest_token),
             allow_telemetry=False,
         )
     else:
-        from redis.asyncio import Redis as PlainRedis
-
-        client = PlainRedis.from_url(secret_or_none(settings.redis_url), decode_responses=True)
+        client = redis_asyncio.Redis.from_url(secret_or_none(settings.redis_url), decode_responses=True)
     _clients[loop] = (settings, client)
     return client
 

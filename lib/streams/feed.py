@@ -28,12 +28,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from lib.auth.gates import require_session
-from lib.contracts.stream_events import FeedChanged
+from lib.lazy_imports import lazy_import
 from lib.platform.editorial import FeedWatermark, list_tenant_drafts, read_draft_feed_watermark
 from lib.streams.limits import limited_stream
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import KEEP_ALIVE_FRAME, RETRY_MS, event_body, with_id
+from lib.streams.sse import RETRY_MS, event_body, keep_alive_frame, with_id
 from lib.streams.watch import KEEP_ALIVE, ChangeWatch, stream_timing
+
+stream_events = lazy_import("lib.contracts.stream_events")
 
 FEED_POLL_INTERVAL_MS = 4000
 FEED_MAX_DURATION_S = 240
@@ -44,7 +46,9 @@ shared_watermarks = SharedReads()
 async def _read_and_shape(tenant_scope_id: str) -> tuple[FeedWatermark, bytes | None]:
     """The watermark and its frame's body, made once for every stream that shares the read."""
     watermark = await read_draft_feed_watermark(tenant_scope_id)
-    return watermark, event_body("feed.changed", FeedChanged.model_validate(watermark.payload).model_dump())
+    return watermark, event_body(
+        "feed.changed", stream_events.FeedChanged.model_validate(watermark.payload).model_dump()
+    )
 
 
 async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
@@ -61,7 +65,7 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
     ) as reads:
         async for read in reads:
             if read is KEEP_ALIVE:
-                yield KEEP_ALIVE_FRAME
+                yield keep_alive_frame()
                 continue
             watermark, body = read
             if watermark != last and body is not None:

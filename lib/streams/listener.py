@@ -49,10 +49,11 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import psycopg
-
+from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
 from lib.settings import get_settings, secret_or_none
+
+psycopg = lazy_import("psycopg")
 
 CHANNEL = "ermis_changes"
 LISTENER_APPLICATION_NAME = "ermis-change-listener"  # how an operator finds the connection

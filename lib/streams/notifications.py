@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from lib.auth.gates import require_session
-from lib.contracts.stream_events import StreamReset
+from lib.lazy_imports import lazy_import
 from lib.platform import activity
 from lib.platform.flags import resolve_feature_flags
 from lib.streams.limits import limited_stream
@@ -46,8 +46,10 @@ from lib.streams.notification_reads import (
 )
 from lib.streams.positions import Cursor, audience_fingerprint, parse_cursor
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import CURSOR_BODY, KEEP_ALIVE_FRAME, RETRY_MS, event_body, with_id
+from lib.streams.sse import RETRY_MS, cursor_body, event_body, keep_alive_frame, with_id
 from lib.streams.watch import KEEP_ALIVE, ChangeWatch, stream_timing
+
+stream_events = lazy_import("lib.contracts.stream_events")
 
 NOTIFICATIONS_POLL_INTERVAL_MS = 5000
 NOTIFICATIONS_MAX_DURATION_S = 240
@@ -106,7 +108,7 @@ def _render_batch(read: AudienceRead, cursor: Cursor, frames: _Frames) -> tuple[
     sent = cursor.moved_to({event.kind: event.position for event in events})  # the last of each kind
     at_end = cursor.moved_to({kind: max(page.head, cursor.positions[kind]) for kind, page in read.pages.items()})
     if at_end != sent or frames.first:  # a resume's first frame, even with nothing new: its retry
-        chunks.append(frames.frame(at_end.event_id, CURSOR_BODY))
+        chunks.append(frames.frame(at_end.event_id, cursor_body()))
     return b"".join(chunks), at_end, any(page.full for page in read.pages.values())
 
 
@@ -124,7 +126,7 @@ def _resume_or_reset(read: AudienceRead, audience: Audience, last_event_id: str)
 
 
 def _reset(reason: str, heads: Cursor, frames: _Frames) -> bytes:
-    body = event_body(RESET_EVENT, StreamReset.model_validate({"reason": reason}).model_dump())
+    body = event_body(RESET_EVENT, stream_events.StreamReset.model_validate({"reason": reason}).model_dump())
     assert body is not None  # a reason is plain text
     return frames.frame(heads.event_id, body)
 
@@ -151,7 +153,7 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
     async with contextlib.aclosing(watch.reads(deadline, audience, start_read, **report)) as reads:
         async for shared in reads:
             if shared is KEEP_ALIVE:
-                yield KEEP_ALIVE_FRAME
+                yield keep_alive_frame()
                 continue
             read: AudienceRead | None = shared
             while read is not None:
@@ -166,7 +168,7 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
                     else:
                         cursor, more = heads, False
                         chunk = _reset(resumed, heads, frames) if resumed else _replay(read, frames, heads)
-                        yield chunk + frames.frame(heads.event_id, CURSOR_BODY)
+                        yield chunk + frames.frame(heads.event_id, cursor_body())
                 else:
                     chunk, cursor, more = _batch(read, cursor, frames)
                     if chunk:

@@ -19,7 +19,7 @@ match ``EVENT_NAME``, the data is JSON on one line (JSON escapes every ``\\r``/`
 U+2029 are escaped too, for line readers that split on them), the id
 has line breaks and NULs removed, and data that cannot be encoded (a lone surrogate) gives
 ``None`` — the caller drops that frame and the stream goes on. Every frame has an ``id:``;
-the first also carries ``retry:`` so browsers reconnect after ``RETRY_MS``. ``CURSOR_BODY`` is
+the first also carries ``retry:`` so browsers reconnect after ``RETRY_MS``. ``cursor_body()`` is
 the one other frame: ``stream.cursor`` with ``{}``, which moves the browser's ``Last-Event-ID``
 past rows it has seen without sending them; clients that do not listen for it never see it,
 and the tab that relays a stream to the others (``ermis-realtime.js``) reads the id from it.
@@ -38,20 +38,22 @@ import json
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import cache
 from types import TracebackType
 from typing import Any
 
-from sse_starlette import ServerSentEvent
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from lib.contracts.stream_events import StreamCursor, StreamEnd
+from lib.lazy_imports import lazy_import
+
+sse_starlette = lazy_import("sse_starlette")
+stream_events = lazy_import("lib.contracts.stream_events")
 
 SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
 EVENT_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 RETRY_MS = 3000
 _ID_UNSAFE = re.compile(r"[\r\n\x00]")
-_SEPARATOR = ServerSentEvent.DEFAULT_SEPARATOR.encode()
 CURSOR_EVENT = "stream.cursor"
 END_EVENT = "stream.end"
 
@@ -66,7 +68,7 @@ def event_body(event: str, data: Any) -> bytes | None:
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
         # Some line readers also break at U+2028/U+2029; escaped, the JSON means the same.
         payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-        return ServerSentEvent(data=payload, event=event).encode()
+        return sse_starlette.ServerSentEvent(data=payload, event=event).encode()
     except (TypeError, ValueError):
         return None
 
@@ -77,10 +79,11 @@ def with_id(event_id: str, body: bytes, retry: int | None = None) -> bytes:
     but a connection's first, a million in a burst — the ``id:`` line is written here, byte for
     byte what ``ServerSentEvent`` writes (a test compares them), at a fifth of its cost."""
     event_id = _ID_UNSAFE.sub("", event_id)
+    separator = _separator()
     if retry is None:
-        return b"id: " + event_id.encode() + _SEPARATOR + body
-    head = ServerSentEvent(id=event_id, retry=retry).encode()
-    return head[: -len(_SEPARATOR)] + body
+        return b"id: " + event_id.encode() + separator + body
+    head = sse_starlette.ServerSentEvent(id=event_id, retry=retry).encode()
+    return head[: -len(separator)] + body
 
 
 def sse_frame(event: str, data: Any, event_id: str, retry: int | None = None) -> bytes | None:
@@ -88,11 +91,32 @@ def sse_frame(event: str, data: Any, event_id: str, retry: int | None = None) ->
     return None if body is None else with_id(event_id, body, retry)
 
 
-CURSOR_BODY = ServerSentEvent(data=StreamCursor().model_dump_json(), event=CURSOR_EVENT).encode()
-# The last frame of a stream that ends as planned (its self-close, the server stopping): no id,
-# so the client's last id stays; ermis-realtime.js reconnects at once instead of reporting an error.
-END_FRAME = ServerSentEvent(data=StreamEnd().model_dump_json(), event=END_EVENT).encode()
-KEEP_ALIVE_FRAME = ServerSentEvent(comment="ping").encode()
+# The fixed frames are built on first use, not at import: building them loads the encoder and
+# the event models, which a function's start does not pay for (lib.lazy_imports).
+@cache
+def _separator() -> bytes:
+    return sse_starlette.ServerSentEvent.DEFAULT_SEPARATOR.encode()
+
+
+@cache
+def cursor_body() -> bytes:
+    return sse_starlette.ServerSentEvent(
+        data=stream_events.StreamCursor().model_dump_json(), event=CURSOR_EVENT
+    ).encode()
+
+
+@cache
+def end_frame() -> bytes:
+    """The last frame of a stream that ends as planned (its self-close, the server stopping): no
+    id, so the client's last id stays; ermis-realtime.js reconnects at once instead of reporting
+    an error."""
+    return sse_starlette.ServerSentEvent(data=stream_events.StreamEnd().model_dump_json(), event=END_EVENT).encode()
+
+
+@cache
+def keep_alive_frame() -> bytes:
+    return sse_starlette.ServerSentEvent(comment="ping").encode()
+
 
 open_streams: Counter[str] = Counter()
 """Streams open in this process, by name — what ``/__dev/streams`` reports on the dev server."""
@@ -159,5 +183,5 @@ class EventStreamResponse(Response):
                         await self.on_end()
                 if connection.disconnected:
                     return
-                await send({"type": "http.response.body", "body": END_FRAME, "more_body": True})
+                await send({"type": "http.response.body", "body": end_frame(), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -26,15 +26,17 @@ from starlette.responses import JSONResponse, Response
 from lib.auth.gates import require_session
 from lib.auth.roles import can_review_all_tenants
 from lib.auth.sessions import Session
-from lib.contracts.stream_events import StoryPhase
 from lib.http.errors import ApiError
 from lib.http.routing import dynamic_segment
+from lib.lazy_imports import lazy_import
 from lib.platform.editorial import find_story_draft
 from lib.streams.limits import limited_stream
 from lib.streams.listener import ANY
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import KEEP_ALIVE_FRAME, RETRY_MS, sse_frame
+from lib.streams.sse import RETRY_MS, keep_alive_frame, sse_frame
 from lib.streams.watch import KEEP_ALIVE, ChangeWatch, stream_timing
+
+stream_events = lazy_import("lib.contracts.stream_events")
 
 STORY_POLL_INTERVAL_MS = 5000
 STORY_MAX_DURATION_S = 290
@@ -50,7 +52,7 @@ def _scope(session: Session) -> str | None:
 
 def _phase(draft: dict[str, Any]) -> dict[str, Any]:
     """The ``story.phase`` payload, through its contract."""
-    return StoryPhase.model_validate(
+    return stream_events.StoryPhase.model_validate(
         {
             "storyId": draft["storyId"],
             "phase": draft["phase"],
@@ -84,7 +86,7 @@ async def story_frames(story_id: str, scope: str | None) -> AsyncIterator[bytes]
     ) as reads:
         async for draft in reads:
             if draft is KEEP_ALIVE:
-                yield KEEP_ALIVE_FRAME
+                yield keep_alive_frame()
                 continue
             if draft is None:
                 misses += 1

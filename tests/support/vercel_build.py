@@ -106,9 +106,22 @@ def upload_copy(source: Path, destination: Path) -> Path:
     return destination
 
 
+def declared_build_env(project: Path) -> dict[str, str]:
+    """``vercel.json``'s ``build.env``: what ``vercel deploy`` sends as the remote build's
+    environment (the CLI's deploy command reads ``localConfig.build.env``), and what ``vercel
+    build`` on its own does not read — so the deployment stage passes it, as the platform would."""
+    config_path = project / "vercel.json"
+    if not config_path.exists():
+        return {}
+    return {
+        str(key): str(value)
+        for key, value in json.loads(config_path.read_text()).get("build", {}).get("env", {}).items()
+    }
+
+
 def run_vercel_build(project: Path, build_env: dict[str, str] | None = None) -> str:
-    """``vercel build --yes`` in ``project`` (a copy), with ``build_env`` as the project's build
-    environment; returns the CLI's output."""
+    """``vercel build --yes`` in ``project`` (a copy), with the project's declared build
+    environment (``declared_build_env``) and then ``build_env`` over it; returns the CLI's output."""
     cli, uv_dir, python = _vercel_cli(), _uv_dir(), python312()
     (project / ".vercel").mkdir(exist_ok=True)
     (project / ".vercel" / "project.json").write_text(json.dumps(PROJECT_JSON))
@@ -120,6 +133,7 @@ def run_vercel_build(project: Path, build_env: dict[str, str] | None = None) -> 
         **os.environ,
         "PATH": os.pathsep.join([str(uv_dir), str(python.parent), os.environ.get("PATH", "")]),
         "VERCEL_TELEMETRY_DISABLED": "1",
+        **declared_build_env(project),
         **(build_env or {}),
     }
     for variable in ("VIRTUAL_ENV", "PYTHONPATH", "UV_CACHE_DIR"):

@@ -18,15 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lib.clock import iso_timestamp
+from lib.lazy_imports import lazy_import
 from lib.platform.aggregation.cluster import Cluster, cluster_items
 from lib.platform.aggregation.fetch import Validators, fetch_feeds
-from lib.platform.aggregation.parse import FeedItem, InvalidFeed, parse_feed
 from lib.platform.aggregation.sources import Catalog, CatalogKey
-from lib.platform.aggregation.synthesis import SynthesisProvider, configured_provider
-from lib.platform.ai_usage import AiUsage, record_ai_usage_after_response
+
+if TYPE_CHECKING:
+    from lib.platform.aggregation.parse import FeedItem
+    from lib.platform.aggregation.synthesis import SynthesisProvider
+
+ai_usage = lazy_import("lib.platform.ai_usage")
+parse = lazy_import("lib.platform.aggregation.parse")
+synthesis = lazy_import("lib.platform.aggregation.synthesis")
 
 STORY_PHASE = "synthesized"
 MAX_CONCURRENT_SYNTHESES = 4
@@ -55,14 +61,14 @@ async def _collect_items(catalog: Catalog, previous: dict[str, Any]) -> tuple[di
     states: dict[str, Any] = {}
     items: list[FeedItem] = []
     for result in results:
-        kept = [FeedItem.model_validate(raw) for raw in old_feeds.get(result.url, {}).get("items", [])]
+        kept = [parse.FeedItem.model_validate(raw) for raw in old_feeds.get(result.url, {}).get("items", [])]
         if result.outcome == "fetched":
             try:
-                parsed = parse_feed(result.body, names[result.url])
+                parsed = parse.parse_feed(result.body, names[result.url])
                 states[result.url] = _feed_state("ok", parsed, result.validators, None)
                 items += parsed
                 continue
-            except InvalidFeed as invalid:
+            except parse.InvalidFeed as invalid:
                 result.error = str(invalid)
         if result.outcome == "not_modified":
             states[result.url] = _feed_state("not_modified", kept, result.validators, None)
@@ -87,8 +93,8 @@ async def _stories(
         async with limit:
             result = await provider.synthesise(cluster)
         synthesised += 1
-        record_ai_usage_after_response(
-            AiUsage(
+        ai_usage.record_ai_usage_after_response(
+            ai_usage.AiUsage(
                 id=f"synthesis:{catalog.source_set}:{catalog.locale}:{cluster.story_id}:{cluster.fingerprint}",
                 model=result.model,
                 input_tokens=result.input_tokens,
@@ -115,7 +121,7 @@ async def build_catalog(catalog: Catalog, previous: dict[str, Any] | None) -> di
     previous = previous or {}
     feeds, items = await _collect_items(catalog, previous)
     clusters = cluster_items(items)
-    stories, synthesised = await _stories(catalog.key, clusters, previous, configured_provider())
+    stories, synthesised = await _stories(catalog.key, clusters, previous, synthesis.configured_provider())
     return {
         "builtAt": iso_timestamp(),
         "builtAtEpoch": time.time(),

@@ -14,8 +14,11 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from lib.platform.aggregation.parse import FeedItem
+if TYPE_CHECKING:
+    from lib.platform.aggregation.parse import FeedItem
+
 
 SIMILARITY_THRESHOLD = 0.5
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)

@@ -12,9 +12,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
-import httpx
-
+from lib.lazy_imports import lazy_import
 from lib.settings import get_settings
+
+httpx = lazy_import("httpx")
 
 USER_AGENT = "ErmisAI-Aggregator/1.0 (+https://ermis.ai)"
 MAX_CONCURRENT_FETCHES = 16

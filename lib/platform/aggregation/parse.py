@@ -12,8 +12,11 @@ import html
 import re
 from datetime import UTC, datetime
 
-import feedparser
 from pydantic import BaseModel, ConfigDict
+
+from lib.lazy_imports import lazy_import
+
+feedparser = lazy_import("feedparser")
 
 _TAGS = re.compile(r"<[^>]+>")
 _SPACES = re.compile(r"\s+")

@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from lib.db.pool import connection
 from lib.observability import log_server_error
 
@@ -21,11 +19,23 @@ DEFAULT_SOURCE_SET = "default"
 DEFAULT_LOCALE = "en"
 
 
-class Feed(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+@dataclass(frozen=True)
+class Feed:
+    """One feed of a source set: a plain record (no pydantic, so importing the catalog costs a
+    function's start nothing); ``from_json`` checks an entry of the stored JSON list."""
 
     url: str
     name: str | None = None
+
+    @classmethod
+    def from_json(cls, raw: object) -> Feed:
+        """Extra keys are ignored; a missing or non-text ``url``, or a non-text ``name``, is a ValueError."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("url"), str):
+            raise ValueError("a feed needs a text url")
+        name = raw.get("name")
+        if name is not None and not isinstance(name, str):
+            raise ValueError("a feed's name must be text")
+        return cls(raw["url"], name)
 
 
 @dataclass(frozen=True)
@@ -65,8 +75,8 @@ def _feeds(source_set: str, raw_feeds: object) -> tuple[Feed, ...]:
     feeds: list[Feed] = []
     for raw in raw_feeds:
         try:
-            feeds.append(Feed.model_validate(raw))
-        except ValidationError:
+            feeds.append(Feed.from_json(raw))
+        except ValueError:
             log_server_error("aggregation", f"source set {source_set} has an invalid feed entry", entry=raw)
     return tuple(feeds)
 

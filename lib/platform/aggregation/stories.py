@@ -24,15 +24,16 @@ import time
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from psycopg.types.json import Jsonb
-
 from lib.db.pool import connection
 from lib.db.state_store import set_state
+from lib.lazy_imports import lazy_import
 from lib.platform.aggregation.build import build_catalog
 from lib.platform.aggregation.lock import build_lock
 from lib.platform.aggregation.sources import GLOBAL_SCOPE, Catalog, CatalogKey, catalog_for_scope
 from lib.platform.alerts.evaluation import on_new_stories_synchronized
 from lib.settings import get_settings
+
+psycopg_json = lazy_import("psycopg.types.json")
 
 CACHE_TTL = timedelta(days=7)
 BootstrapRefresh = Literal["if-missing", "never"]
@@ -129,5 +130,5 @@ async def sync_tenant_drafts(tenant_scope_id: str, stories: list[dict[str, Any]]
     """Upsert the tenant's drafts from a build; returns the ids of stories new to the tenant."""
     rows = [{key: story[key] for key in ("id", "headline", "summary", "phase")} for story in stories]
     async with connection() as conn:
-        cursor = await conn.execute(_SYNC_DRAFTS, {"stories": Jsonb(rows), "tenant": tenant_scope_id})
+        cursor = await conn.execute(_SYNC_DRAFTS, {"stories": psycopg_json.Jsonb(rows), "tenant": tenant_scope_id})
         return {row["story_id"] for row in await cursor.fetchall() if row["inserted"]}

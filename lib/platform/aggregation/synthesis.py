@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 from typing import Protocol
 
-import httpx
 from pydantic import BaseModel
 
+from lib.lazy_imports import lazy_import
 from lib.platform.aggregation.cluster import Cluster
 from lib.settings import get_settings, secret_or_none
+
+httpx = lazy_import("httpx")
 
 MAX_HEADLINE_CHARS = 300
 

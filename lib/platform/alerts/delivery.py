@@ -22,16 +22,19 @@ import json
 import secrets
 import time
 import uuid
-from typing import Any, Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lib.db.pool import connection
 from lib.db.state_store import get_state, set_state
-from lib.platform.alerts.rules import AlertRule
+from lib.lazy_imports import lazy_import
 from lib.platform.flags import is_feature_enabled
 from lib.runtime.invocation import invocation_memo
 from lib.settings import get_settings
+
+if TYPE_CHECKING:
+    from lib.platform.alerts.rules import AlertRule
+
+httpx = lazy_import("httpx")
 
 SIGNATURE_HEADER = "X-Ermis-Signature"
 TIMESTAMP_HEADER = "X-Ermis-Timestamp"

@@ -6,17 +6,22 @@ the response (``on_new_stories_synchronized``)."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
-
-from psycopg.types.json import Jsonb
+from typing import TYPE_CHECKING, Any
 
 from lib.clock import iso_timestamp
 from lib.db.pool import connection
+from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
 from lib.platform.alerts.delivery import deliver_alert
-from lib.platform.alerts.rules import AlertRule, get_alert_rules
 from lib.platform.flags import is_feature_enabled
 from lib.runtime.after_response import run_after_response
+
+alert_rules = lazy_import("lib.platform.alerts.rules")
+
+if TYPE_CHECKING:
+    from lib.platform.alerts.rules import AlertRule
+
+psycopg_json = lazy_import("psycopg.types.json")
 
 _RECORD_MATCHES = """
 INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)
@@ -32,7 +37,7 @@ async def evaluate_alert_rules(
     tenant_scope_id: str, stories: list[dict[str, Any]], rules: list[AlertRule] | None = None
 ) -> int:
     """Record and deliver the new matches; returns how many alerts fired."""
-    rules = await get_alert_rules(tenant_scope_id) if rules is None else rules
+    rules = await alert_rules.get_alert_rules(tenant_scope_id) if rules is None else rules
     matches = [
         {
             "id": str(uuid.uuid4()),
@@ -49,7 +54,9 @@ async def evaluate_alert_rules(
     if not matches or not await is_feature_enabled("instantAlerts", tenant_scope_id):
         return 0
     async with connection() as conn:
-        cursor = await conn.execute(_RECORD_MATCHES, {"tenant": tenant_scope_id, "matches": Jsonb(matches)})
+        cursor = await conn.execute(
+            _RECORD_MATCHES, {"tenant": tenant_scope_id, "matches": psycopg_json.Jsonb(matches)}
+        )
         fired = await cursor.fetchall()
     by_id = {rule.id: rule for rule in rules}
     for alert in fired:

@@ -16,16 +16,21 @@ from typing import Any
 
 from lib.clock import Deadline
 from lib.db.state_store import list_state_keys_by_prefix
+from lib.lazy_imports import lazy_import
 from lib.platform.aggregation.sources import UnknownScope
 from lib.platform.aggregation.stories import peek_tenant_scoped_aggregated_stories
 from lib.platform.alerts.evaluation import evaluate_alert_rules
-from lib.platform.alerts.rules import ALERT_RULES_PREFIX
+
+alert_rules = lazy_import("lib.platform.alerts.rules")
 
 ALERT_SWEEP_CONCURRENCY = 5
 
 
 async def evaluate_instant_alert_rules_for_all_tenants(deadline: Deadline | None = None) -> dict[str, Any]:
-    tenants = [key.removeprefix(ALERT_RULES_PREFIX) for key in await list_state_keys_by_prefix(ALERT_RULES_PREFIX)]
+    tenants = [
+        key.removeprefix(alert_rules.ALERT_RULES_PREFIX)
+        for key in await list_state_keys_by_prefix(alert_rules.ALERT_RULES_PREFIX)
+    ]
     summary = {"tenantsWithRules": len(tenants), "evaluated": 0, "skippedNoFeedCache": 0, "failed": 0}
     summary["skippedNoProfile"] = summary["skippedDeadline"] = 0
 
