@@ -30,18 +30,22 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jwt
+import psycopg
 from vercel.queue.devserver import EmbeddedQueueDevServer, embedded_queue_dev_server
 
 from benchmarks.services import benchmark_services
 from lib.bundle import PROJECT_ROOT
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.queues.publish import publish_rss_message
-from lib.queues.topics import RSS_QUEUE_TOPICS
+from lib.queues.topics import RSS_QUEUE_TOPICS, wire_topic
 from lib.settings import get_settings
+from tests.support.catalogs import add_draft
 from tests.support.queue import rss_message
 from tests.support.vercel_bootstrap import RunningFunction, bare_python312
 from tests.support.vercel_build import BuiltFunction, build_bundle, deploy_cache_dir
@@ -50,11 +54,33 @@ ROUNDS = 4
 SHIPPED, DEFAULT = "shipped build (VERCEL_PYTHON_COMPILEALL=1)", "default build (VERCEL_PYTHON_COMPILEALL=0)"
 BUILDS = {SHIPPED: {"VERCEL_PYTHON_COMPILEALL": "1"}, DEFAULT: {"VERCEL_PYTHON_COMPILEALL": "0"}}
 BARE = "bare Starlette app"
+# Packages reported under the one the request asked for (what imports them).
+PACKAGE_FAMILIES = {
+    "pydantic_core": "pydantic",
+    "annotated_types": "pydantic",
+    "typing_inspection": "pydantic",
+    "psycopg_binary": "psycopg",
+    "psycopg_pool": "psycopg",
+    "cryptography": "jwt",
+    "vercel": "queue SDK",
+    "httpx2": "queue SDK",
+    "httpcore2": "queue SDK",
+    "h2": "queue SDK",
+    "hpack": "queue SDK",
+    "hyperframe": "queue SDK",
+}
 CRON_SECRET = "cold-start-cron-secret"
 SIGNING_SECRET = "cold-start-signing-secret"
 OIDC = {"x-vercel-oidc-token": jwt.encode({"sub": "cold-start", "exp": int(time.time()) + 86400}, "k" * 32)}
 
-FirstRequest = Callable[[str], None]
+
+@dataclass(frozen=True)
+class FirstRequest:
+    """``send(url, prepared)`` is timed; ``prepare()`` runs before the function starts (a queue
+    message is published and leased there, so only its delivery is timed)."""
+
+    send: Callable[[str, Any], None]
+    prepare: Callable[[], Any] = lambda: None
 
 
 def bare_starlette_project(root: Path) -> Path:
@@ -69,7 +95,7 @@ def bare_starlette_project(root: Path) -> Path:
 
 
 def get_json(path: str, headers: dict[str, str]) -> FirstRequest:
-    def request(url: str) -> None:
+    def request(url: str, _: Any) -> None:
         response = httpx.get(url + path, headers={**OIDC, **headers}, timeout=60)
         assert response.status_code < 500 and response.headers["content-type"].startswith("application/json"), (
             path,
@@ -77,40 +103,53 @@ def get_json(path: str, headers: dict[str, str]) -> FirstRequest:
             response.text,
         )
 
-    return request
+    return FirstRequest(request)
 
 
-def bare_not_found(url: str) -> None:
+def _bare_not_found(url: str, _: Any) -> None:
     assert httpx.get(url + "/", timeout=60).status_code == 404
 
 
+BARE_NOT_FOUND = FirstRequest(_bare_not_found)
+
+
 def first_frame(path: str, headers: dict[str, str]) -> FirstRequest:
-    def request(url: str) -> None:
+    def request(url: str, _: Any) -> None:
         with httpx.stream("GET", url + path, headers={**OIDC, **headers}, timeout=60) as response:
             assert response.status_code == 200, (path, response.status_code)
             received = b""
             for chunk in response.iter_raw():
                 received += chunk
-                if b"\n\n" in received:
+                if b"\r\n\r\n" in received or b"\n\n" in received:
                     return
         raise AssertionError(f"{path}: the stream ended before its first frame")
 
-    return request
+    return FirstRequest(request)
 
 
 def push_delivery(function: BuiltFunction, queue: EmbeddedQueueDevServer) -> FirstRequest:
     """A fresh signed message on the function's topic, leased as Vercel's push leases it."""
     [trigger] = function.config["experimentalTriggers"]
-    topic = next(name for name, wire in RSS_QUEUE_TOPICS.items() if wire == trigger["topic"])
+    topic = next(logical for logical in RSS_QUEUE_TOPICS.values() if wire_topic(logical) == trigger["topic"])
     path = "/" + function.name
 
-    def request(url: str) -> None:
-        asyncio.run(publish_rss_message(RSS_QUEUE_TOPICS[topic], rss_message(f"cold-{uuid.uuid4().hex}")))
-        [delivery] = list(queue.iter_push_deliveries(trigger["topic"], trigger["consumer"]))
+    def lease() -> Any:
+        asyncio.run(publish_rss_message(topic, rss_message(f"cold-{uuid.uuid4().hex}")))
+        # A reserved topic's consumer retries its messages, so an earlier round's may be due
+        # again: any one delivery is a delivery to time.
+        return next(iter(queue.iter_push_deliveries(trigger["topic"], trigger["consumer"])))
+
+    def request(url: str, delivery: Any) -> None:
         response = httpx.post(url + path, content=delivery.body, headers={**delivery.headers, **OIDC}, timeout=60)
         assert response.status_code == 200 and response.json() == {"acknowledged": True}, response.text
 
-    return request
+    return FirstRequest(request, lease)
+
+
+async def seed_story(database_url: str) -> None:
+    """The story the story routes read, in the tenant the member's session names."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as db:
+        await add_draft(db, "org_a", "s1")
 
 
 def representative_requests(
@@ -153,15 +192,47 @@ def measure(
     starts, responses = [], []
     for round_number in range(ROUNDS):
         task_dir = scratch / f"{function.name.replace('/', '_')}-{uuid.uuid4().hex[:8]}"
+        prepared = request.prepare() if request is not None else None
         with RunningFunction(function, task_dir, python, env) as running:
             answered = time.perf_counter()
             if request is not None:
-                request(running.url)
+                request.send(running.url, prepared)
             answered = time.perf_counter() - answered
             if round_number:
                 starts.append(running.boot_seconds)
                 responses.append(running.boot_seconds + answered)
     return statistics.median(starts), statistics.median(responses) if request is not None else None
+
+
+def _import_lines(function: BuiltFunction, python: Path, task_dir: Path, env: dict[str, str], send: Any) -> list[str]:
+    with RunningFunction(function, task_dir, python, {**env, "PYTHONPROFILEIMPORTTIME": "1"}) as running:
+        if send is not None:
+            send(running.url)
+        time.sleep(0.2)  # let the process finish writing
+        output = running.output()
+    return [line for line in output.splitlines() if line.startswith("import time:") and line.count("|") == 2]
+
+
+def first_request_imports(
+    function: BuiltFunction, python: Path, scratch: Path, env: dict[str, str], request: FirstRequest
+) -> Counter[str]:
+    """Milliseconds of importing, by top-level package, that the first request paid: two more
+    boots with ``PYTHONPROFILEIMPORTTIME=1`` (written to the process's own stderr), one without
+    a request and one with; a module is imported once, so what only the second shows, the
+    request imported. Self times, so nothing counts twice."""
+    name = function.name.replace("/", "_")
+    at_start = {
+        line.rsplit("|", 1)[1].strip() for line in _import_lines(function, python, scratch / f"{name}-i0", env, None)
+    }
+    prepared = request.prepare()
+    with_request = _import_lines(function, python, scratch / f"{name}-i1", env, lambda url: request.send(url, prepared))
+    by_package = Counter[str]()
+    for line in with_request:
+        self_us, _, module = line.removeprefix("import time:").split("|")
+        if module.strip() not in at_start and self_us.strip().isdigit():
+            top = module.strip().split(".")[0]
+            by_package[PACKAGE_FAMILIES.get(top, top)] += int(self_us) / 1000
+    return by_package
 
 
 def unpacked_size(function: BuiltFunction) -> tuple[int, Counter[str]]:
@@ -179,16 +250,20 @@ def unpacked_size(function: BuiltFunction) -> tuple[int, Counter[str]]:
     return total, by_package
 
 
-def ratio_table(title: str, rows: dict[str, dict[str, float]], labels: list[str]) -> None:
+def ratio_table(
+    title: str, rows: dict[str, dict[str, float]], labels: list[str], notes: dict[str, str] | None = None
+) -> None:
     print(f"\n### {title}\n")
-    print(f"| function | {' | '.join(f'{label} | x bare' for label in labels)} |")
-    print("|---" * (1 + 2 * len(labels)) + "|")
+    note_header = " | what the first request imported" if notes is not None else ""
+    print(f"| function | {' | '.join(f'{label} | x bare' for label in labels)}{note_header} |")
+    print("|---" * (1 + 2 * len(labels) + (notes is not None)) + "|")
     first = labels[0]
     for name in sorted(rows[first], key=lambda name: (name != BARE, rows[first][name])):
         cells = [
             f"{rows[label][name] * 1000:,.0f} ms | {rows[label][name] / rows[label][BARE]:.2f}" for label in labels
         ]
-        print(f"| `{name}` | {' | '.join(cells)} |")
+        note = f" | {notes.get(name, '')}" if notes is not None else ""
+        print(f"| `{name}` | {' | '.join(cells)}{note} |")
     ratios = [rows[first][name] / rows[first][BARE] for name in rows[first] if name != BARE]
     print(f"\nmedian x bare ({first}): {statistics.median(ratios):.2f}; largest: {max(ratios):.2f}")
 
@@ -198,12 +273,14 @@ def main() -> None:
     starts: dict[str, dict[str, float]] = {label: {} for label in BUILDS}
     responses: dict[str, float] = {}
     sizes: dict[str, tuple[int, Counter[str]]] = {}
+    import_notes: dict[str, str] = {}
     with (
         tempfile.TemporaryDirectory(prefix="cold-start-") as scratch_name,
         benchmark_services() as (database_url, redis_url),
         embedded_queue_dev_server(manual_clock=False) as queue,
     ):
         scratch = Path(scratch_name)
+        asyncio.run(seed_story(database_url))
         private_key, public_key = ensure_dev_key_pair(scratch / "keys")
         environment = {
             "VERCEL": "1",
@@ -230,7 +307,7 @@ def main() -> None:
             shipped = label == SHIPPED
             requests = representative_requests(bundle.functions, private_key, queue) if shipped else {}
             tasks = scratch / f"tasks-{index}"
-            bare_404 = bare_not_found if shipped else None
+            bare_404 = BARE_NOT_FOUND if shipped else None
             starts[label][BARE], bare_response = measure(
                 bare.functions["api/bare"], python, tasks, environment, bare_404
             )
@@ -242,8 +319,12 @@ def main() -> None:
                 if shipped:
                     responses[name] = response or 0.0
                     sizes[name] = unpacked_size(function)
+                    imported = first_request_imports(function, python, tasks, environment, requests[name])
+                    import_notes[name] = f"{sum(imported.values()):,.0f} ms: " + ", ".join(
+                        f"{package} {ms:,.0f}" for package, ms in imported.most_common(4)
+                    )
     ratio_table("Start → server-started", starts, list(BUILDS))
-    ratio_table(f"Start → first response ({SHIPPED})", {"first response": responses}, ["first response"])
+    ratio_table(f"Start → first response ({SHIPPED})", {"first response": responses}, ["first response"], import_notes)
     print(f"\n### Unpacked size ({SHIPPED})\n")
     print("| function | unpacked | largest vendored packages |")
     print("|---|---|---|")
