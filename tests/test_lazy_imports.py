@@ -16,7 +16,8 @@ from lib.bundle import PROJECT_ROOT
 API_FILES = sorted(path.relative_to(PROJECT_ROOT).as_posix() for path in (PROJECT_ROOT / "api").rglob("*.py"))
 # Third-party packages a start may load: Starlette and what Starlette itself imports.
 ALLOWED_AT_START = {"starlette", "anyio", "sniffio", "idna", "typing_extensions", "python_multipart", "multipart"}
-# Loaded by no function at start; each is imported by the code that uses it, at first use.
+# Loaded by no function at start (today the deny list is the same for every function: none
+# needs any of these for every request); each is imported by the code that uses it, at first use.
 DENIED_AT_START = {
     "pydantic",
     "pydantic_core",
@@ -38,8 +39,6 @@ DENIED_AT_START = {
     "uvicorn",
     "mangum",
 }
-# What each function may load beyond that — none today; an entry here is a decision to review.
-PER_FUNCTION_ALLOWANCE: dict[str, set[str]] = {}
 
 _LOADED_AFTER = """
 import json, runpy, sys
@@ -70,9 +69,8 @@ def third_party_loaded(script: str, *args: str, env: dict[str, str] | None = Non
 @pytest.mark.parametrize("api_file", API_FILES)
 def test_a_function_start_loads_only_starlette_and_our_code(api_file: str) -> None:
     loaded = third_party_loaded(_LOADED_AFTER.format(after=""), api_file)
-    allowed = ALLOWED_AT_START | PER_FUNCTION_ALLOWANCE.get(api_file, set())
     assert not loaded & DENIED_AT_START, f"{api_file} loads {sorted(loaded & DENIED_AT_START)} at start"
-    assert loaded <= allowed, f"{api_file} loads {sorted(loaded - allowed)} at start: bind it with lazy_import"
+    assert loaded <= ALLOWED_AT_START, f"{api_file} loads {sorted(loaded - ALLOWED_AT_START)} at start: use lazy_import"
 
 
 _REFUSED_REQUEST = """
