@@ -26,7 +26,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 stamp=".venv/.requirements.sha256"
-wanted="$(cat requirements.txt requirements-aws.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)"
+wanted="$(cat requirements.txt requirements-aws.txt requirements-serve.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   echo "installing pinned requirements into .venv ..." >&2
   if ! { .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip &&

@@ -6,7 +6,10 @@ served) without the development extras: no embedded Postgres, Redis or queue, no
 scheduler, no ``/__dev`` routes, no generated secrets. The environment must name the services
 and secrets (CONTRACTS §3); a missing one ends with one line on stderr. Put it in a container
 service (ECS, Fargate, App Runner) behind the load balancer that sends ``/api/**/events`` to it;
-crons and queues stay on Lambda, EventBridge Scheduler and SQS.
+crons and queues stay on Lambda, EventBridge Scheduler and SQS. The ``Dockerfile`` runs it.
+
+``--health-check`` is the container's own health check: it asks the server on ``PORT`` for
+``/__health`` (``lib.local.server.HEALTH_PATH``, which touches no service) and exits 0 or 1.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import urllib.request
 
 from lib.bundle import PROJECT_ROOT
 from lib.local.connections import server_config
-from lib.local.server import Server, VercelRouter
+from lib.local.server import HEALTH_PATH, Server, VercelRouter
 
 REQUIRED = ("DATABASE_URL", "CLERK_JWT_KEY")
 
@@ -26,7 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/serve", description="Serve every api/ function, production mode.")
     parser.add_argument("--host", default=os.environ.get("HOST", "0.0.0.0"))  # noqa: S104 - a container's port
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8080")))
+    parser.add_argument("--health-check", action="store_true", help="ask the running server on --port, exit 0 or 1")
     args = parser.parse_args(argv)
+    if args.health_check:
+        return 0 if is_healthy(args.port) else 1
     missing = [name for name in REQUIRED if not os.environ.get(name)]
     if missing:
         print(f"error: {', '.join(missing)} must be set (scripts/serve starts no services of its own)", file=sys.stderr)
@@ -35,6 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"serving {len(router.routes)} functions on http://{args.host}:{args.port}", flush=True)
     Server(server_config(router, args.host, args.port, log_level="warning", timeout_graceful_shutdown=5)).run()
     return 0
+
+
+def is_healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{HEALTH_PATH}", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

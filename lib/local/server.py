@@ -8,6 +8,9 @@ the call, where the SDKs read them.
 Files in ``public/`` are served at the root like Vercel's static output — GET and HEAD only (405
 otherwise), never a hidden file or one outside ``public/`` however the path was encoded;
 ``/__dev/...`` routes are the local runtime's own (queue depths, the development sign-in).
+``HEALTH_PATH`` answers 200 JSON once every function imported, and touches no service: the
+load balancer's and the container's health check, which must not fail a task because the
+database is briefly away (its streams then retry on their own).
 Anything else is a 404 JSON. A target the function apps would refuse (NUL, not UTF-8, over-long:
 ``lib.http.request_limits.head_problem``) is refused here too, before any file is looked up.
 
@@ -31,7 +34,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import uvicorn
-from starlette.responses import FileResponse
+from starlette.responses import FileResponse, JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 from vercel.headers import HeadersContext, headers_from_asgi_scope
 
@@ -62,6 +65,9 @@ class VercelRouter:
             await error_response(*problem)(scope, receive, send)
             return
         path = scope["path"]
+        if path == HEALTH_PATH:
+            await JSONResponse({"status": "ok", "functions": len(self.apps)})(scope, receive, send)
+            return
         if path in self.dev_routes:
             await self.dev_routes[path](scope, receive, send)
             return
@@ -113,6 +119,7 @@ async def _accept_lifespan(receive: Receive, send: Send) -> None:
             return
 
 
+HEALTH_PATH = "/__health"
 STATIC_METHODS = frozenset({"GET", "HEAD"})
 FULL_COLLECTION_EVERY = 100  # middle-generation passes per full pass (CPython: 10)
 

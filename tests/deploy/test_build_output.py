@@ -31,6 +31,8 @@ DEVELOPMENT_ONLY = (
     ".ci/",
     "requirements-dev.txt",
     "requirements-aws.txt",
+    "requirements-serve.txt",
+    "Dockerfile",
 )
 
 
