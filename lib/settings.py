@@ -108,8 +108,13 @@ def _number(
     return _Setting(float, default, "a number", env)
 
 
-def _one_of(default: str, *choices: str) -> Any:
-    return _Setting(str, default, "one of " + ", ".join(choices), check=lambda v: v in choices)
+def _one_of(*choices: str) -> Any:
+    """One of ``choices``; unset, the first."""
+    return _Setting(str, choices[0], "one of " + ", ".join(choices), check=lambda v: v in choices)
+
+
+def _boolean(default: bool) -> Any:
+    return _Setting(_flag, default, "a boolean (true/false, 1/0, yes/no, on/off)")
 
 
 class Settings:
@@ -132,7 +137,7 @@ class Settings:
     vercel_queue_base_url: str | None = _text()
     vercel_region: str | None = _text()
     vercel_deployment_id: str | None = _text()
-    ermis_queue_transport: str = _one_of("vercel", "vercel", "sqs")
+    ermis_queue_transport: str = _one_of("vercel", "sqs")
 
     ermis_tenant_ingestion_time_budget_ms: int = _integer(240_000)
     ermis_feed_timeout_s: float = _number(10.0, above=0)
@@ -151,7 +156,7 @@ class Settings:
     clerk_jwt_key: Secret | None = _secret()
     clerk_authorized_parties: str | None = _text()
     ermis_allowed_origins: str | None = _text()
-    ermis_trust_forwarded_headers: bool = _Setting(_flag, False, "a boolean (true/false, 1/0, yes/no, on/off)")
+    ermis_trust_forwarded_headers: bool = _boolean(False)
 
     ermis_sse_poll_interval_ms: int | None = _integer(None)
     ermis_sse_max_duration_s: float | None = _number(None)
