@@ -1,5 +1,6 @@
 # The streams' home on AWS: scripts/serve's process (lib.local.serve) in a container, serving the
-# same api/ files and lib/ as every function. Build and run:
+# same api/ files and lib/ as every function; the AWS template runs it as an ECS service
+# (lib/ops/aws_streams.py, README "Deploying to AWS" for the push to ECR). Build and run:
 #   docker build -t ermis-streams .
 #   docker run -p 8080:8080 -e DATABASE_URL=… -e CLERK_JWT_KEY=… -e REDIS_URL=… ermis-streams
 # The base is pinned to a Python patch release on Debian bookworm's slim variant (pin its digest

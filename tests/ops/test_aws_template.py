@@ -19,7 +19,7 @@ from lib.bundle import PROJECT_ROOT, read_vercel_config
 from lib.jobs.schedule import load_crons
 from lib.local.routing import discover_routes
 from lib.ops.aws_template import aws_cron_expression, build_template
-from tests.support.aws import MotoAws, deploy_stack, moto_aws, redrive_policy
+from tests.support.aws import MotoAws, StackValues, deploy_stack, moto_aws, redrive_policy, stack_values
 
 # Expected: moto's CloudFormation names the two resource types it skips (applied below instead).
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS")
@@ -130,7 +130,7 @@ def test_the_template_deploys_into_cloudformation(aws: MotoAws) -> None:
         assert mapping["EventSourceArn"].endswith(f":ermis-{topic}") and mapping["BatchSize"] == 10
         assert deployed[file]["Environment"]["Variables"]["ERMIS_AWS_QUEUE_TOPIC"] == topic
 
-    created = apply_what_moto_cloudformation_lacks(aws, TEMPLATE)
+    created = apply_what_moto_cloudformation_lacks(aws, stack_values(aws, TEMPLATE, {}))
     schedules = {
         schedule["Name"]: aws.client("scheduler").get_schedule(Name=schedule["Name"])
         for schedule in aws.client("scheduler").list_schedules()["Schedules"]
@@ -147,49 +147,17 @@ def test_the_template_deploys_into_cloudformation(aws: MotoAws) -> None:
     )
 
 
-def apply_what_moto_cloudformation_lacks(aws: MotoAws, template: dict[str, Any]) -> dict[str, list[str]]:
+def apply_what_moto_cloudformation_lacks(aws: MotoAws, values: StackValues) -> dict[str, list[str]]:
     """moto's CloudFormation skips ``AWS::Scheduler::Schedule`` and ``AWS::ApiGatewayV2::*``;
     create them through moto's own APIs from the template's properties, with the stack's
-    physical ids for ``Fn::GetAtt``, so their values are at least accepted by those APIs."""
-    listed = aws.client("cloudformation").list_stack_resources(StackName="ermis")["StackResourceSummaries"]
-    physical = {
-        resource["LogicalResourceId"]: resource["PhysicalResourceId"]
-        for resource in listed
-        if "LogicalResourceId" in resource and "PhysicalResourceId" in resource
-    }
-    functions = {fn["FunctionName"]: fn["FunctionArn"] for fn in aws.client("lambda").list_functions()["Functions"]}
-    iam_roles = {role["RoleName"]: role["Arn"] for role in aws.client("iam").list_roles()["Roles"]}
-
-    def arn_of(logical: str) -> str:
-        name = physical[logical]
-        return functions.get(name) or iam_roles.get(name) or name
-
-    for props in resources_of(template, "AWS::Scheduler::Schedule").values():
-        aws.client("scheduler").create_schedule(
-            Name=props["Name"]["Fn::Sub"].replace("${AWS::StackName}", "ermis"),
-            ScheduleExpression=props["ScheduleExpression"],
-            ScheduleExpressionTimezone=props["ScheduleExpressionTimezone"],
-            FlexibleTimeWindow=props["FlexibleTimeWindow"],
-            Target={
-                "Arn": arn_of(props["Target"]["Arn"]["Fn::GetAtt"][0]),
-                "RoleArn": arn_of(props["Target"]["RoleArn"]["Fn::GetAtt"][0]),
-                "Input": props["Target"]["Input"],
-            },
-        )
+    physical ids for ``Ref`` and ``Fn::GetAtt``, so their values are at least accepted by those APIs."""
+    for props in resources_of(TEMPLATE, "AWS::Scheduler::Schedule").values():
+        aws.client("scheduler").create_schedule(**values.resolve(props))
     gateway = aws.client("apigatewayv2")
-    api = gateway.create_api(Name="ermis", ProtocolType="HTTP")
-    routes = []
-    integrations = resources_of(template, "AWS::ApiGatewayV2::Integration")
-    for props in resources_of(template, "AWS::ApiGatewayV2::Route").values():
-        integration = integrations[props["Target"]["Fn::Join"][1][1]["Ref"]]
-        created = gateway.create_integration(
-            ApiId=api["ApiId"],
-            IntegrationType=integration["IntegrationType"],
-            IntegrationUri=arn_of(integration["IntegrationUri"]["Fn::GetAtt"][0]),
-            PayloadFormatVersion=integration["PayloadFormatVersion"],
-        )
-        gateway.create_route(
-            ApiId=api["ApiId"], RouteKey=props["RouteKey"], Target=f"integrations/{created['IntegrationId']}"
-        )
-        routes.append(props["RouteKey"])
-    return {"routes": routes}
+    values.refs["HttpApi"] = gateway.create_api(**values.resolve(TEMPLATE["Resources"]["HttpApi"]["Properties"]))[
+        "ApiId"
+    ]
+    for logical, props in resources_of(TEMPLATE, "AWS::ApiGatewayV2::Integration").items():
+        values.refs[logical] = gateway.create_integration(**values.resolve(props))["IntegrationId"]
+    routes = resources_of(TEMPLATE, "AWS::ApiGatewayV2::Route").values()
+    return {"routes": [gateway.create_route(**values.resolve(props))["RouteKey"] for props in routes]}
