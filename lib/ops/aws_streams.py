@@ -118,6 +118,31 @@ CONDITIONS: dict[str, Any] = {
     SITE_DOMAIN_GIVEN: {"Fn::Not": [{"Fn::Equals": [{"Ref": "SiteDomainName"}, ""]}]},
 }
 
+# What the home needs, checked by CloudFormation before it creates anything: a clear refusal
+# naming the parameter, not a load balancer or a distribution failing half-way through.
+STREAMS_NEED = ("VpcId", "StreamsDomainName", "StreamsCertificateArn", "StreamsHostedZoneId")
+RULES: dict[str, Any] = {
+    "StreamsHomeIsWhole": {
+        "RuleCondition": CONDITIONS[STREAMS_ON],
+        "Assertions": [
+            {
+                "Assert": {"Fn::Not": [{"Fn::Equals": [{"Ref": name}, ""]}]},
+                "AssertDescription": f"StreamsImageUri needs {name}",
+            }
+            for name in STREAMS_NEED
+        ],
+    },
+    "SiteDomainHasItsCertificate": {
+        "RuleCondition": CONDITIONS[SITE_DOMAIN_GIVEN],
+        "Assertions": [
+            {
+                "Assert": {"Fn::Not": [{"Fn::Equals": [{"Ref": "SiteCertificateArn"}, ""]}]},
+                "AssertDescription": "SiteDomainName needs SiteCertificateArn (ACM, us-east-1)",
+            }
+        ],
+    },
+}
+
 
 def is_stream(route: FunctionRoute) -> bool:
     return route.file.rsplit("/", 1)[-1] == STREAM_FILE

@@ -221,6 +221,7 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
             "QueueConsumersOn": {"Fn::Equals": [{"Ref": "QueueConsumersEnabled"}, "true"]},
             **aws_streams.CONDITIONS,
         },
+        "Rules": aws_streams.RULES,
         "Resources": resources,
         "Outputs": {
             "HttpApiUrl": {"Value": {"Fn::Sub": "https://${HttpApi}.execute-api.${AWS::Region}.amazonaws.com"}},

@@ -166,7 +166,9 @@ async def test_it_serves_the_three_streams_and_ends_each_cleanly_at_sigterm(
         await asyncio.wait_for(asyncio.gather(*reading), timeout=20)
         for capture in captures.values():
             assert capture.closed_by_server and capture.frames[-1].get("event") == "stream.end"
-        assert [change["draftCount"] for change in captures["feed.changed"].events("feed.changed")] == [1, 2]
+        # The story's update moves the feed's watermark too: a third feed.changed may come, still 2.
+        counts = [change["draftCount"] for change in captures["feed.changed"].events("feed.changed")]
+        assert counts[:2] == [1, 2] and set(counts[2:]) <= {2}
         assert [phase["status"] for phase in captures["story.phase"].events("story.phase")] == ["review", "published"]
         alerts = captures["alert.triggered"].events("alert.triggered")
         assert [(item["id"], item["initial"]) for item in alerts] == [("a1", True), ("a2", False)]

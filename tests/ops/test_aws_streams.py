@@ -35,7 +35,16 @@ from lib.streams.watch import PING_SECONDS
 from tests.ops.test_aws_template import apply_what_moto_cloudformation_lacks, resources_of
 from tests.runtime.aws.test_http import http_api_v2_event
 from tests.support.auth import session_headers
-from tests.support.aws import SITE_DOMAIN, MotoAws, StackValues, deploy_stack, invoke_lambda, moto_aws, stack_values
+from tests.support.aws import (
+    SITE_DOMAIN,
+    MotoAws,
+    StackValues,
+    deploy_stack,
+    invoke_lambda,
+    moto_aws,
+    stack_values,
+    template_values,
+)
 from tests.support.catalogs import add_draft
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS")
@@ -128,6 +137,27 @@ def test_the_timings_fit_inside_each_other() -> None:
     # Little's law: the streams a task holds at the target rate fit in what one task holds.
     held_at_target = target_requests_per_minute() * STREAM_MAX_DURATION_S / 60
     assert 0.5 * STREAMS_PER_TASK <= held_at_target < STREAMS_PER_TASK
+
+
+def refusals(parameters: dict[str, str]) -> list[str]:
+    """What CloudFormation's rules would refuse a stack with these parameters for."""
+    values = template_values(TEMPLATE, parameters)
+    return [
+        assertion["AssertDescription"]
+        for rule in TEMPLATE["Rules"].values()
+        if values.resolve(rule["RuleCondition"])
+        for assertion in rule["Assertions"]
+        if not values.resolve(assertion["Assert"])
+    ]
+
+
+def test_a_home_missing_a_part_is_refused_before_anything_is_created() -> None:
+    whole = {"StreamsImageUri": IMAGE, "VpcId": "vpc-1", "StreamsDomainName": STREAMS_DOMAIN}
+    whole |= {"StreamsCertificateArn": "arn:aws:acm:eu-north-1:1:certificate/s", "StreamsHostedZoneId": "Z1"}
+    assert refusals(whole) == [] and refusals({}) == []  # no image: no home, nothing needed
+    for missing in ("VpcId", "StreamsDomainName", "StreamsCertificateArn", "StreamsHostedZoneId"):
+        assert refusals({**whole, missing: ""}) == [f"StreamsImageUri needs {missing}"]
+    assert refusals({"SiteDomainName": SITE_DOMAIN}) == ["SiteDomainName needs SiteCertificateArn (ACM, us-east-1)"]
 
 
 def test_the_streams_home_deploys_into_cloudformation(aws: MotoAws) -> None:

@@ -25,6 +25,7 @@ REGION = "eu-north-1"  # Stockholm, where vercel.json's arn1 runs
 # moto's CloudFormation cannot evaluate ``Fn::GetAtt`` of the distribution, which it does not
 # create, so every stack here names the site's own domain (the template's other branch).
 SITE_DOMAIN = "news.example.com"
+SITE_CERTIFICATE = "arn:aws:acm:us-east-1:123456789012:certificate/news-example-com"
 
 
 @dataclass
@@ -111,7 +112,8 @@ def deploy_stack(aws: MotoAws, template: dict[str, Any], name: str = "ermis", **
 
 def stack_parameters(name: str, parameters: dict[str, str]) -> dict[str, str]:
     """What ``deploy_stack`` gives the stack: the package's place, the site's domain, and ``parameters``."""
-    return {"CodeBucket": f"{name}-code", "CodeKey": "bundle.zip", "SiteDomainName": SITE_DOMAIN, **parameters}
+    site = {"SiteDomainName": SITE_DOMAIN, "SiteCertificateArn": SITE_CERTIFICATE}
+    return {"CodeBucket": f"{name}-code", "CodeKey": "bundle.zip", **site, **parameters}
 
 
 def function_package() -> bytes:
@@ -178,25 +180,32 @@ class StackValues:
         return self.attributes[resource][attribute] if attribute else self.refs[name]
 
 
+def template_values(template: dict[str, Any], parameters: dict[str, Any], name: str = "ermis") -> StackValues:
+    """The template's parameters (given, else their defaults) and conditions, before any resource."""
+    refs: dict[str, Any] = {"AWS::StackName": name, "AWS::Region": REGION}
+    for parameter, spec in template["Parameters"].items():
+        raw = parameters.get(parameter, spec.get("Default", ""))
+        kind = spec["Type"]
+        refs[parameter] = str(raw).split(",") if kind == "CommaDelimitedList" else int(raw) if kind == "Number" else raw
+    values = StackValues(refs, {}, {})
+    values.conditions.update({condition: values.resolve(body) for condition, body in template["Conditions"].items()})
+    return values
+
+
 def stack_values(
     aws: MotoAws, template: dict[str, Any], parameters: dict[str, str], name: str = "ermis"
 ) -> StackValues:
     """The values of the stack ``deploy_stack`` created with ``parameters``, its ``Fn::GetAtt``
     values read back from moto's APIs."""
-    refs: dict[str, Any] = {"AWS::StackName": name, "AWS::Region": REGION}
-    given = stack_parameters(name, parameters)
-    for parameter, spec in template["Parameters"].items():
-        raw = given.get(parameter, spec.get("Default", ""))
-        kind = spec["Type"]
-        refs[parameter] = str(raw).split(",") if kind == "CommaDelimitedList" else int(raw) if kind == "Number" else raw
+    values = template_values(template, stack_parameters(name, parameters), name)
     listed = aws.client("cloudformation").list_stack_resources(StackName=name)["StackResourceSummaries"]
     physical = {
         item["LogicalResourceId"]: item["PhysicalResourceId"]
         for item in listed
         if item.get("LogicalResourceId") in template["Resources"] and "PhysicalResourceId" in item
     }
-    values = StackValues(refs | physical, _attributes(aws, template, physical), {})
-    values.conditions.update({condition: values.resolve(body) for condition, body in template["Conditions"].items()})
+    values.refs |= physical
+    values.attributes |= _attributes(aws, template, physical)
     return values
 
 
