@@ -121,15 +121,25 @@ CONDITIONS: dict[str, Any] = {
 # What the home needs, checked by CloudFormation before it creates anything: a clear refusal
 # naming the parameter, not a load balancer or a distribution failing half-way through.
 STREAMS_NEED = ("VpcId", "StreamsDomainName", "StreamsCertificateArn", "StreamsHostedZoneId")
+STREAMS_NEED_LISTS = ("LoadBalancerSubnetIds", "TaskSubnetIds")
 RULES: dict[str, Any] = {
     "StreamsHomeIsWhole": {
         "RuleCondition": CONDITIONS[STREAMS_ON],
         "Assertions": [
-            {
-                "Assert": {"Fn::Not": [{"Fn::Equals": [{"Ref": name}, ""]}]},
-                "AssertDescription": f"StreamsImageUri needs {name}",
-            }
-            for name in STREAMS_NEED
+            *(
+                {
+                    "Assert": {"Fn::Not": [{"Fn::Equals": [{"Ref": name}, ""]}]},
+                    "AssertDescription": f"StreamsImageUri needs {name}",
+                }
+                for name in STREAMS_NEED
+            ),
+            *(
+                {
+                    "Assert": {"Fn::Not": [{"Fn::EachMemberEquals": [{"Ref": name}, ""]}]},
+                    "AssertDescription": f"StreamsImageUri needs {name}",
+                }
+                for name in STREAMS_NEED_LISTS
+            ),
         ],
     },
     "SiteDomainHasItsCertificate": {
@@ -142,6 +152,10 @@ RULES: dict[str, Any] = {
         ],
     },
 }
+# cfn-lint checks an optional parameter's empty default against the pattern of each property it
+# reaches (a VPC id, a subnet id, a certificate ARN); where the rules above refuse that default
+# whenever the resource exists, the warning cannot apply, and is silenced on that resource only.
+DEFAULTS_REFUSED_BY_RULES = {"cfn-lint": {"config": {"ignore_checks": ["W1030"]}}}
 
 
 def is_stream(route: FunctionRoute) -> bool:
@@ -178,7 +192,7 @@ def streams_resources(environment: dict[str, Any]) -> dict[str, Any]:
         "StreamsLoadBalancerSecurityGroup": {
             "Type": "AWS::EC2::SecurityGroup",
             "Properties": {
-                "GroupDescription": "HTTPS from CloudFront to the streams' load balancer",
+                "GroupDescription": "HTTPS from CloudFront to the streams load balancer",
                 "VpcId": {"Ref": "VpcId"},
                 "SecurityGroupIngress": [{"IpProtocol": "tcp", "FromPort": 443, "ToPort": 443, "CidrIp": "0.0.0.0/0"}],
             },
@@ -186,7 +200,7 @@ def streams_resources(environment: dict[str, Any]) -> dict[str, Any]:
         "StreamsTaskSecurityGroup": {
             "Type": "AWS::EC2::SecurityGroup",
             "Properties": {
-                "GroupDescription": "the streams' tasks, reached by their load balancer only",
+                "GroupDescription": "the streams tasks, reached by their load balancer only",
                 "VpcId": {"Ref": "VpcId"},
                 "SecurityGroupIngress": [
                     {
@@ -360,6 +374,7 @@ def streams_resources(environment: dict[str, Any]) -> dict[str, Any]:
     }
     for body in resources.values():
         body["Condition"] = STREAMS_ON
+        body["Metadata"] = DEFAULTS_REFUSED_BY_RULES
     return resources
 
 
@@ -394,6 +409,7 @@ def edge_distribution(stream_routes: list[FunctionRoute]) -> dict[str, Any]:
     no_value = {"Ref": "AWS::NoValue"}
     return {
         "Type": "AWS::CloudFront::Distribution",
+        "Metadata": DEFAULTS_REFUSED_BY_RULES,  # SiteCertificateArn, used only with SiteDomainName
         "Properties": {
             "DistributionConfig": {
                 "Enabled": True,

@@ -154,8 +154,9 @@ def refusals(parameters: dict[str, str]) -> list[str]:
 def test_a_home_missing_a_part_is_refused_before_anything_is_created() -> None:
     whole = {"StreamsImageUri": IMAGE, "VpcId": "vpc-1", "StreamsDomainName": STREAMS_DOMAIN}
     whole |= {"StreamsCertificateArn": "arn:aws:acm:eu-north-1:1:certificate/s", "StreamsHostedZoneId": "Z1"}
+    whole |= {"LoadBalancerSubnetIds": "subnet-1,subnet-2", "TaskSubnetIds": "subnet-3"}
     assert refusals(whole) == [] and refusals({}) == []  # no image: no home, nothing needed
-    for missing in ("VpcId", "StreamsDomainName", "StreamsCertificateArn", "StreamsHostedZoneId"):
+    for missing in ("VpcId", "StreamsDomainName", "StreamsCertificateArn", "StreamsHostedZoneId", "TaskSubnetIds"):
         assert refusals({**whole, missing: ""}) == [f"StreamsImageUri needs {missing}"]
     assert refusals({"SiteDomainName": SITE_DOMAIN}) == ["SiteDomainName needs SiteCertificateArn (ACM, us-east-1)"]
 

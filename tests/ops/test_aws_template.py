@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,24 @@ def test_the_script_prints_the_template() -> None:
         [str(PROJECT_ROOT / "scripts/aws-template")], capture_output=True, text=True, check=True, timeout=120
     )
     assert json.loads(printed.stdout) == TEMPLATE
+
+
+def test_aws_cloudformation_linter_finds_nothing(tmp_path: Path) -> None:
+    """cfn-lint, AWS's own, checks what moto's CloudFormation accepts without looking: every
+    property against its resource's schema (a security group's description may not hold an
+    apostrophe), every ``Fn::GetAtt`` name, the rules and conditions."""
+    path = tmp_path / "template.json"
+    path.write_text(json.dumps(TEMPLATE))
+    linted = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    findings = [
+        f"{item['Rule']['Id']} {item['Location']['Path']}: {item['Message']}" for item in json.loads(linted.stdout)
+    ]
+    assert findings == [], "\n".join(findings)
 
 
 def test_a_cron_and_a_queue_added_to_vercel_json_appear_with_no_other_edit(tmp_path: Path) -> None:

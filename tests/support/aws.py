@@ -173,6 +173,9 @@ class StackValues:
                 return left == right
             if function == "Fn::Not":
                 return not self.resolve(argument[0])
+            if function == "Fn::EachMemberEquals":
+                items, expected = self.resolve(argument)
+                return all(item == expected for item in items)
         return {key: resolved for key, item in value.items() if (resolved := self.resolve(item)) is not NO_VALUE}
 
     def _named(self, name: str) -> Any:
