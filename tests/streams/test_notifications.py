@@ -283,7 +283,9 @@ async def test_a_cursor_that_cannot_be_trusted_gets_one_reset_then_new_rows(
 async def test_a_cursor_from_another_audience_or_past_retention_is_reset(
     db, stream_url: str, mint_token: Callable[..., str]
 ) -> None:
-    first = await capture_sse(stream_url, owner(mint_token), 0.6)
+    # Until the frames come, not for a fixed window: an opening read slower than the window (a
+    # loaded CI host) left the first capture empty.
+    first = await capture_sse(stream_url, owner(mint_token), 10.0, stop_after=1)
     cursor = first.frames[-1]["id"]
     other = await capture_sse(stream_url, {**owner(mint_token, "org_b"), "Last-Event-ID": cursor}, 0.6)
     assert other.events("stream.reset") == [{"reason": "audience_changed"}]
@@ -297,12 +299,14 @@ async def test_a_cursor_from_another_audience_or_past_retention_is_reset(
 async def test_a_resume_passes_a_row_deleted_since_it_committed(
     db, stream_url: str, mint_token: Callable[..., str], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    first = await capture_sse(stream_url, owner(mint_token), 0.6)
+    # Until the frames come, not for a fixed window: an opening read slower than the window (a
+    # loaded CI host) left the first capture empty.
+    first = await capture_sse(stream_url, owner(mint_token), 10.0, stop_after=1)
     cursor = first.frames[-1]["id"]
     for alert_id in ("a1", "a2", "a3"):
         await alert(db, alert_id, "org_a")
     await db.execute("DELETE FROM alert_history WHERE id IN ('a1', 'a3')")  # an erasure, say
-    resumed = await capture_sse(stream_url, {**owner(mint_token), "Last-Event-ID": cursor}, 0.6)
+    resumed = await capture_sse(stream_url, {**owner(mint_token), "Last-Event-ID": cursor}, 10.0, stop_after=2)
     assert [item["id"] for item in resumed.events("alert.triggered")] == ["a2"]
     final = resumed.frames[-1]
     assert final["event"] == "stream.cursor" and final["id"] != resumed.frames[0]["id"]  # past a3 as well
