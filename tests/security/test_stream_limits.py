@@ -223,6 +223,7 @@ async def test_the_browser_client_backs_off_when_refused_and_streams_once_a_slot
             client.terminate()
             client.wait(timeout=10)
             await reader
+            client.stdout.close()
     heads = [line for line in lines if "head" in line]
     record("streams", "the browser client refused for 7 s (attempts beyond 5 = hammering)", tried=len(refused_attempts),
            bad=max(0, len(refused_attempts) - 5) + int(not any(line.get("open") for line in lines)))  # fmt: skip

@@ -535,7 +535,10 @@ async def test_a_standard_eventsource_cut_at_random_while_eight_writers_race_los
             text=True,
         )
         lines: list[dict] = []
-        threading.Thread(target=lambda: [lines.append(json.loads(line)) for line in client.stdout], daemon=True).start()
+        reader = threading.Thread(
+            target=lambda: [lines.append(json.loads(line)) for line in client.stdout], daemon=True
+        )
+        reader.start()
         committed: set[str] = set()
 
         def delivered() -> list[str]:
@@ -580,6 +583,8 @@ async def test_a_standard_eventsource_cut_at_random_while_eight_writers_race_los
         finally:
             client.terminate()
             client.wait(timeout=10)
+            reader.join(timeout=10)
+            client.stdout.close()
     events = [line for line in lines if "event" in line]
     connections = [line for line in lines if "open" in line]
     assert [line for line in events if line["event"] == "stream.reset" or line["initial"]] == [], seed

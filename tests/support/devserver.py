@@ -92,7 +92,8 @@ def running_dev_server(data_dir: Path, *args: str, port: int | None = None, **ex
         text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line.rstrip("\n")) for line in process.stdout], daemon=True).start()
+    reader = threading.Thread(target=lambda: [lines.put(line.rstrip("\n")) for line in process.stdout], daemon=True)
+    reader.start()
     server = DevServer(f"http://127.0.0.1:{port}", "", env, lines, [], process)
     try:
         server.database_url = server.wait_for(r"embedded Postgres: (\S+)", STARTUP_SECONDS).group(1)
@@ -105,6 +106,10 @@ def running_dev_server(data_dir: Path, *args: str, port: int | None = None, **ex
         except subprocess.TimeoutExpired:
             process.kill()
             raise
+        finally:
+            # The reader ends at the pipe's end; then the pipe is closed, not left to the collector.
+            reader.join(timeout=10)
+            process.stdout.close()
 
 
 def run_script(server: DevServer, script: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:

@@ -47,3 +47,5 @@ class NodeSigner:
         if self._child.stdin is not None:
             self._child.stdin.close()
         self._child.wait(timeout=30)
+        if self._child.stdout is not None:
+            self._child.stdout.close()
