@@ -126,20 +126,13 @@ RULES: dict[str, Any] = {
     "StreamsHomeIsWhole": {
         "RuleCondition": CONDITIONS[STREAMS_ON],
         "Assertions": [
-            *(
-                {
-                    "Assert": {"Fn::Not": [{"Fn::Equals": [{"Ref": name}, ""]}]},
-                    "AssertDescription": f"StreamsImageUri needs {name}",
-                }
-                for name in STREAMS_NEED
-            ),
-            *(
-                {
-                    "Assert": {"Fn::Not": [{"Fn::EachMemberEquals": [{"Ref": name}, ""]}]},
-                    "AssertDescription": f"StreamsImageUri needs {name}",
-                }
-                for name in STREAMS_NEED_LISTS
-            ),
+            {
+                "Assert": {"Fn::Not": [{empty: [{"Ref": name}, ""]}]},
+                "AssertDescription": f"StreamsImageUri needs {name}",
+            }
+            # A list parameter left empty is [""]: each of its members is "".
+            for names, empty in ((STREAMS_NEED, "Fn::Equals"), (STREAMS_NEED_LISTS, "Fn::EachMemberEquals"))
+            for name in names
         ],
     },
     "SiteDomainHasItsCertificate": {

@@ -59,8 +59,9 @@ SECRET_PARAMETERS = {
     "QueueSigningSecret": "ERMIS_QUEUE_SIGNING_SECRET",
     "SentryDsn": "SENTRY_DSN",
 }
-# The streams read the database, sessions, rate limits and report errors; nothing else.
-STREAM_SECRETS = ("DatabaseUrl", "RedisUrl", "ClerkJwtKey", "SentryDsn")
+# The streams read the database, sessions and rate limits, report errors and allow the site's
+# origin; nothing else of the functions' environment.
+STREAM_VARIABLES = ("DATABASE_URL", "REDIS_URL", "CLERK_JWT_KEY", "SENTRY_DSN", "ERMIS_ALLOWED_ORIGINS")
 
 
 def logical_id(text: str, suffix: str) -> str:
@@ -155,11 +156,7 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
         "ERMIS_ALLOWED_ORIGINS": site_origin(),
     }
     routes = sorted(discover_routes(project_root), key=lambda r: r.file)
-    streams_environment = {
-        **{SECRET_PARAMETERS[name]: {"Ref": name} for name in STREAM_SECRETS},
-        "ERMIS_ALLOWED_ORIGINS": site_origin(),
-    }
-    resources.update(aws_streams.streams_resources(streams_environment))
+    resources.update(aws_streams.streams_resources({name: environment[name] for name in STREAM_VARIABLES}))
     resources["EdgeDistribution"] = aws_streams.edge_distribution([route for route in routes if is_stream(route)])
     functions = config.get("functions", {})
     for route in routes:
