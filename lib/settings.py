@@ -144,6 +144,7 @@ class Settings:
     ermis_feed_max_bytes: int = _integer(5 * 1024 * 1024, minimum=1)
     ermis_feed_build_throttle_s: float = _number(120.0, minimum=0)
     ermis_webhook_timeout_s: float = _number(5.0, above=0)
+    ermis_egress_allow: str | None = _text()
     ermis_synthesis_provider: str = _text("deterministic")
     ermis_synthesis_url: str | None = _text()
     ermis_synthesis_api_key: Secret | None = _secret()

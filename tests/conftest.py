@@ -27,7 +27,7 @@ from lib.runtime.after_response import wait_for_detached_work
 from lib.settings import get_settings
 from lib.streams.listener import stop_change_listener
 from tests.support.auth import TEST_CRON_SECRET
-from tests.support.env import env_setter
+from tests.support.env import allow_egress, env_setter
 from tests.support.feeds import FeedServer
 from tests.support.node_signing import NodeSigner
 from tests.support.reliability import RELIABILITY
@@ -184,6 +184,7 @@ def feed_server(set_env) -> Iterator[FeedServer]:
     with serve_in_thread(server.app) as url:
         server.base_url = url
         set_env(ERMIS_FEED_TIMEOUT_S="1")
+        allow_egress(set_env, url)
         yield server
 
 

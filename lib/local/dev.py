@@ -14,7 +14,9 @@ Start-up, in order:
 3. The router (``server.VercelRouter``) on ``PORT`` and the cron scheduler (``scheduler``),
    which fires ``vercel.json``'s crons on their schedules with the cron bearer. It prints the
    operations console's and the realtime demo's URLs, and a development sign-in URL
-   (``dev_sign_in``) that sets the ``__session`` cookie for a chosen persona.
+   (``dev_sign_in``) that sets the ``__session`` cookie for a chosen persona. The fixture feeds
+   (``public/fixtures/feeds``) get a loopback server of their own, the one destination the dev
+   server adds to ``ERMIS_EGRESS_ALLOW`` (``allow_fixture_feed_server``).
 
 The session's URL and cron secret are written to ``dev-session.json`` in the data directory
 (``lib.local.paths``) for
@@ -34,9 +36,11 @@ import sys
 from datetime import datetime
 
 import uvicorn
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 from vercel.queue.devserver import EmbeddedQueueDevServer, embedded_queue_dev_server
 
 from lib.clock import iso_timestamp
@@ -123,6 +127,7 @@ async def serve(
         dev_routes["/__dev/queues"] = Route("/__dev/queues", bridge.depths_endpoint)
     router = VercelRouter(PROJECT_ROOT, dev_routes)
     servers = [Server(server_config(router, host, port, log_level="warning", timeout_graceful_shutdown=5))]
+    fixture_feeds_url = allow_fixture_feed_server(servers)
     if upstash_port is not None:
         from lib.local.upstash_rest import upstash_rest_app
 
@@ -148,6 +153,7 @@ async def serve(
         "url": base_url,
         "cronSecret": cron_secret,
         "databaseUrl": os.environ["DATABASE_URL"],
+        "fixtureFeedsUrl": fixture_feeds_url,
         "queueSigningSecretSet": bool(os.environ.get("ERMIS_QUEUE_SIGNING_SECRET")),
     }
     session_file().write_text(json.dumps(session))
@@ -161,6 +167,7 @@ async def serve(
     _say(f"serving {base_url}")
     for route in sorted(router.routes, key=lambda r: r.pattern):
         _say(f"  {base_url}{route.pattern}  <- {route.file}")
+    _say(f"  fixture feeds: {fixture_feeds_url}/fixtures/feeds/ (the one private destination ERMIS_EGRESS_ALLOW adds)")
     for entry in crons:
         _say(f"  cron {entry.name:<24} {entry.schedule:<14} GET {entry.path}")
     if clock_start:
@@ -184,6 +191,20 @@ async def serve(
     finally:
         stop.set()
         await asyncio.gather(*background)
+
+
+def allow_fixture_feed_server(servers: list[uvicorn.Server]) -> str:
+    """Serve ``public/fixtures/feeds`` on a loopback port of its own (appended to ``servers``)
+    and add that one ``host:port`` to ``ERMIS_EGRESS_ALLOW``: feeds are fetched through the
+    egress guard, which refuses loopback like any private destination, and the fixture feeds
+    are the only private destination the dev server needs — its own routes stay refused."""
+    port = free_port()
+    feeds = Starlette(routes=[Mount("/fixtures/feeds", StaticFiles(directory=PROJECT_ROOT / "public/fixtures/feeds"))])
+    servers.append(Server(server_config(feeds, "127.0.0.1", port, log_level="warning", lifespan="off")))
+    allowed = [entry for entry in (os.environ.get("ERMIS_EGRESS_ALLOW") or "").split(",") if entry.strip()]
+    os.environ["ERMIS_EGRESS_ALLOW"] = ",".join([*allowed, f"127.0.0.1:{port}"])
+    get_settings.cache_clear()
+    return f"http://127.0.0.1:{port}"
 
 
 async def open_streams_endpoint(_request: Request) -> Response:

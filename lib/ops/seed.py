@@ -3,8 +3,8 @@
 Creates, idempotently, against ``DATABASE_URL``:
 
 - the ``default`` catalog (two world-news fixture feeds) and a ``tech`` catalog, whose feeds
-  are the files in ``public/fixtures/feeds/`` served by the dev server itself (never the
-  internet) at the dev server's URL;
+  are the files in ``public/fixtures/feeds/`` served by the dev server's fixture feed server
+  (never the internet; the one private destination the dev server allows);
 - tenants ``org_demo_news`` and ``org_demo_wire`` (both ``default``/``en``, so they share one
   build) and ``org_demo_tech`` (``tech``);
 - alert rules for ``org_demo_news`` (in-app "earthquake", critical; email "interest rates");
@@ -72,13 +72,18 @@ def seed(database_url: str, base_url: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/seed", description="Demo catalogs, tenants, rules and users.")
-    parser.add_argument("--base-url", help="where the dev server serves public/ (default: the running dev server)")
+    parser.add_argument(
+        "--base-url", help="where /fixtures/feeds/ is served (default: the running dev server's fixture feed server)"
+    )
     args = parser.parse_args(argv)
     return run_script(lambda: seed_and_report(args.base_url))
 
 
 def seed_and_report(base_url_given: str | None) -> int:
-    base_url = (base_url_given or dev_session().get("url") or "http://127.0.0.1:3000").rstrip("/")
+    session = dev_session()
+    base_url = (
+        base_url_given or session.get("fixtureFeedsUrl") or session.get("url") or "http://127.0.0.1:3000"
+    ).rstrip("/")
     seed(use_script_database(), base_url)
     print(
         f"seeded: catalogs {', '.join(FIXTURE_FEEDS)} (feeds at {base_url}/fixtures/feeds/),"

@@ -30,6 +30,7 @@ from typing import Any
 from lib.auth.roles import can_review_all_tenants, capability_allows
 from lib.auth.sessions import Session
 from lib.clock import iso_timestamp
+from lib.egress.destinations import redact_url
 from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
 from lib.platform import activity
@@ -108,7 +109,8 @@ def _delivery(row: dict[str, Any]) -> dict[str, Any]:
         "tenant": row["tenant_scope_id"],
         "method": row["method"],
         "responseCode": row["response_code"],
-        "endpoint": row["endpoint"] or "",
+        # Rows logged before endpoints were stored redacted still show only scheme and host.
+        "endpoint": redact_url(row["endpoint"]),
         "createdAt": iso_timestamp(row["at"]),
     }
 

@@ -12,6 +12,7 @@ from lib.platform.aggregation.stories import list_aggregated_stories, peek_tenan
 from lib.runtime.after_response import wait_for_detached_work
 from tests.support.catalogs import add_tenant, set_catalog
 from tests.support.feeds import FeedServer, rss
+from tests.support.outbound import MALFORMED_URLS
 
 QUAKE = [
     ("Earthquake strikes off the coast of Chile", "https://a.example/quake", "A 7.1 quake hit at dawn."),
@@ -119,3 +120,38 @@ async def test_bootstrap_never_does_not_build(db, redis, feed_server: FeedServer
     assert await list_aggregated_stories("org_a", bootstrap_refresh="never") == []
     assert feed_server.total_fetches() == 0
     assert len(await list_aggregated_stories("org_a")) == 2
+
+
+async def test_a_malformed_or_refused_feed_url_fails_alone_and_the_catalog_is_built(
+    db, redis, feed_server: FeedServer
+) -> None:
+    """Before the egress guard, one feed URL with a control character failed the whole build
+    (``httpx.InvalidURL`` is not an ``httpx.HTTPError``) on every tick, for every tenant."""
+    feed_server.feeds.update(a=rss("A", QUAKE))
+    await set_catalog(db, "default", [*MALFORMED_URLS, feed_server.url("a")])
+    stories = await list_aggregated_stories(GLOBAL_SCOPE, force_refresh=True)
+    assert len(stories) == 2
+    build = (
+        await (await db.execute("SELECT value FROM platform_state WHERE key LIKE 'platform:feed-cache:%%'")).fetchone()
+    )[0]
+    assert build["feeds"][feed_server.url("a")]["status"] == "ok"
+    assert {
+        url: (state["status"], state["error"]) for url, state in build["feeds"].items() if url in MALFORMED_URLS
+    } == {url: ("failed", detail) for url, detail in MALFORMED_URLS.items()}
+
+
+async def test_redirects_are_followed_up_to_five_hops(db, redis, feed_server: FeedServer) -> None:
+    feed_server.feeds.update(a=rss("A", QUAKE))
+    for hop in range(6):  # hop0 -> hop1 -> ... -> hop5 -> a: six redirects
+        feed_server.redirects[f"hop{hop}"] = feed_server.url(f"hop{hop + 1}" if hop < 5 else "a")
+    await set_catalog(db, "default", [feed_server.url("hop1"), feed_server.url("hop0")])
+    await list_aggregated_stories(GLOBAL_SCOPE, force_refresh=True)
+    build = (
+        await (await db.execute("SELECT value FROM platform_state WHERE key LIKE 'platform:feed-cache:%%'")).fetchone()
+    )[0]
+    assert build["feeds"][feed_server.url("hop1")]["status"] == "ok"  # five hops
+    assert (build["feeds"][feed_server.url("hop0")]["status"], build["feeds"][feed_server.url("hop0")]["error"]) == (
+        "failed",
+        "more than 5 redirects",
+    )
+    assert feed_server.fetches["a"] == 1

@@ -8,6 +8,7 @@ import asyncio
 import hmac
 import json
 import threading
+import time
 
 import pytest
 from starlette.applications import Starlette
@@ -20,10 +21,12 @@ from lib.platform.aggregation.sources import GLOBAL_SCOPE
 from lib.platform.aggregation.stories import list_aggregated_stories
 from lib.platform.alerts.delivery import sign_webhook, webhook_signing_key
 from lib.platform.alerts.evaluation import evaluate_alert_rules
-from lib.platform.alerts.rules import AlertRule, rules_key
+from lib.platform.alerts.rules import AlertRule, get_alert_rules, rules_key
 from lib.platform.alerts.sweep import evaluate_instant_alert_rules_for_all_tenants
 from tests.support.catalogs import add_tenant, set_catalog
+from tests.support.env import allow_egress
 from tests.support.feeds import FeedServer, rss
+from tests.support.outbound import MALFORMED_URLS, Counting, Trickler
 from tests.support.servers import serve_in_thread
 
 STORIES = [
@@ -79,9 +82,10 @@ async def test_in_app_alerts_fire_once_per_rule_and_story(db) -> None:
     assert await delivery_logs(db) == []
 
 
-async def test_webhook_delivered_and_verifiable(db) -> None:
+async def test_webhook_delivered_and_verifiable(db, set_env) -> None:
     receiver = Receiver(200)
     with serve_in_thread(receiver.app) as url:
+        allow_egress(set_env, url)
         rule = AlertRule(id="hook", keywords=["frog"], channel="webhook", endpoint=f"{url}/hook")
         assert await evaluate_alert_rules("org_a", STORIES, [rule]) == 1
     [(headers, body)] = receiver.received
@@ -89,16 +93,18 @@ async def test_webhook_delivered_and_verifiable(db) -> None:
     expected = sign_webhook(key, headers["x-ermis-timestamp"], body)
     assert hmac.compare_digest(headers["x-ermis-signature"], expected)
     assert json.loads(body)["storyId"] == "s3"
-    assert await delivery_logs(db) == [("webhook", 200, "delivered", f"{url}/hook")]
+    assert headers["x-ermis-delivery-id"] == json.loads(body)["id"]
+    assert await delivery_logs(db) == [("webhook", 200, "delivered", f"{url}/…")]
 
 
 @pytest.mark.parametrize(("receiver", "code"), [(Receiver(500), 500), (Receiver(hang=True), 0)])
 async def test_webhook_failures_are_logged_never_raised(db, set_env, receiver: Receiver, code: int) -> None:
     set_env(ERMIS_WEBHOOK_TIMEOUT_S="0.5")
     with serve_in_thread(receiver.app) as url:
+        allow_egress(set_env, url)
         rule = AlertRule(id="hook", keywords=["frog"], channel="webhook", endpoint=f"{url}/hook")
         assert await evaluate_alert_rules("org_a", STORIES, [rule]) == 1
-    assert await delivery_logs(db) == [("webhook", code, "failed", f"{url}/hook")]
+    assert await delivery_logs(db) == [("webhook", code, "failed", f"{url}/…")]
 
 
 async def test_email_without_a_sender_is_logged_as_not_delivered_and_why(db) -> None:
@@ -154,3 +160,71 @@ async def test_sweep_peeks_counts_and_isolates(
     again = await evaluate_instant_alert_rules_for_all_tenants()
     assert again["evaluated"] == 1
     assert (await (await db.execute("SELECT count(*) FROM alert_history")).fetchone())[0] == 1
+
+
+async def test_a_trickling_receiver_fails_at_the_deadline_and_stalls_no_other_tenant(
+    db, redis, set_env, feed_server: FeedServer
+) -> None:
+    """The slow tenant's receiver trickles its answer for 60 s: its delivery fails when the
+    whole request's deadline passes, and the other tenant's alert of the same tick is
+    delivered while the slow one is still trickling."""
+    set_env(ERMIS_WEBHOOK_TIMEOUT_S="2")
+    feed_server.feeds["a"] = rss("A", [("Frog discovered", "https://a.example/f", "A new frog.")])
+    await set_catalog(db, "default", [feed_server.url("a")])
+    for tenant in ("org_slow", "org_fast"):
+        await add_tenant(db, tenant, "default")
+    await list_aggregated_stories(GLOBAL_SCOPE, force_refresh=True)
+    trickler, fast = Trickler(for_s=60, every_s=1), Counting()
+    with trickler.serving() as slow_url, serve_in_thread(fast.app) as fast_url:
+        allow_egress(set_env, slow_url, fast_url)
+        await set_state(
+            rules_key("org_slow"), [{"id": "s", "keywords": ["frog"], "channel": "webhook", "endpoint": slow_url}]
+        )
+        await set_state(
+            rules_key("org_fast"), [{"id": "f", "keywords": ["frog"], "channel": "webhook", "endpoint": fast_url}]
+        )
+        started = time.monotonic()
+        summary = await evaluate_instant_alert_rules_for_all_tenants()
+        finished = time.monotonic()
+    assert summary["evaluated"] == 2 and summary["failed"] == 0
+    assert trickler.opened is not None and fast.count == 1
+    assert fast.times[0] < trickler.opened + 2  # delivered before the slow one's deadline, not after it
+    assert finished - started < 30  # the 60 s trickle did not hold the tick
+    logs = await (
+        await db.execute("SELECT tenant_scope_id, response_code, status, detail FROM delivery_logs")
+    ).fetchall()
+    assert sorted(tuple(row) for row in logs) == [
+        ("org_fast", 200, "delivered", None),
+        ("org_slow", 0, "failed", "no answer within 2 s"),
+    ]
+
+
+async def test_a_malformed_endpoint_fails_alone_and_the_tenants_other_alerts_go_on(db, set_env) -> None:
+    good = Counting()
+    with serve_in_thread(good.app) as url:
+        allow_egress(set_env, url)
+        rules = [
+            AlertRule(id=f"bad{index}", keywords=["frog"], channel="webhook", endpoint=endpoint)
+            for index, endpoint in enumerate(MALFORMED_URLS)
+        ]
+        rules.append(AlertRule(id="good", keywords=["frog"], channel="webhook", endpoint=f"{url}/hook"))
+        assert await evaluate_alert_rules("org_a", STORIES, rules) == len(rules)
+    assert good.count == 1
+    rows = await (
+        await db.execute(
+            "SELECT a.rule_id, d.response_code, d.status, d.detail FROM delivery_logs d"
+            " JOIN alert_history a ON a.id = d.delivery_id"
+        )
+    ).fetchall()
+    logged = {row[0]: tuple(row[1:]) for row in rows}
+    assert logged.pop("good") == (200, "delivered", None)
+    assert logged == {f"bad{index}": (0, "failed", detail) for index, detail in enumerate(MALFORMED_URLS.values())}
+
+
+async def test_an_invalid_rule_is_logged_without_its_endpoint(db, capsys: pytest.CaptureFixture[str]) -> None:
+    secret_hook = "https://hooks.slack.com/services/T000/B000/XXXXSECRET"
+    await set_state(rules_key("org_a"), [{"id": "r1", "keywords": [], "channel": "webhook", "endpoint": secret_hook}])
+    assert await get_alert_rules("org_a") == []
+    logged = capsys.readouterr().err
+    assert "invalid alert rule" in logged and '"ruleId": "r1"' in logged and "keywords" in logged
+    assert "XXXXSECRET" not in logged and "hooks.slack.com" not in logged

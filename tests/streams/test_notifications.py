@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 
 from lib.jobs.state_cleanup import cleanup_platform_state
 from lib.local.paths import PROJECT_ROOT
+from lib.platform.alerts.evaluation import evaluate_alert_rules
+from lib.platform.alerts.rules import AlertRule
 from lib.platform.flags import set_feature_flag
 from lib.streams.notification_reads import PAGE_SIZE, Audience
 from lib.streams.notifications import notification_frames
@@ -231,6 +233,31 @@ async def test_rest_fallback_has_the_same_items_and_authorization(db, mint_token
     assert [item["id"] for item in body["alerts"]] == ["a-A"]
     assert body["reviewEvents"] == []
     assert body["unreadCount"] == 1 and [item["id"] for item in body["notifications"]] == ["n1"]
+
+
+async def test_a_member_sees_a_failed_webhook_by_scheme_and_host_only(
+    db, set_env, stream_url: str, mint_token: Callable[..., str]
+) -> None:
+    """A Slack-style webhook URL is a credential: a member's stream and snapshot carry the
+    endpoint as ``scheme://host/…``, for a delivery made now and for a row logged in full before."""
+    secret = "https://hooks.example.com:8443/services/T000/B000/XXXXSECRET?token=abc"
+    set_env(ERMIS_WEBHOOK_TIMEOUT_S="0.5")
+    rule = AlertRule(id="hook", keywords=["frog"], channel="webhook", endpoint=secret)
+    await evaluate_alert_rules("org_a", [{"id": "s", "headline": "Frog"}], [rule])  # refused: no such host here
+    await db.execute(
+        "INSERT INTO delivery_logs (id, delivery_id, tenant_scope_id, method, response_code, endpoint, status)"
+        " VALUES ('d-legacy', 'd', 'org_a', 'webhook', 500, %s, 'failed')",
+        (secret,),
+    )
+    member = session_headers(mint_token(sub="u_m", org_id="org_a", org_role="org:member"))
+    capture = await capture_sse(stream_url, member, 1.0)
+    async with client_for(load_api_app("api/notifications/index.py")) as client:
+        snapshot = (await client.get("/api/notifications", headers=member)).json()
+    shown = [item["endpoint"] for item in capture.events("delivery.failed")]
+    shown += [item["endpoint"] for item in snapshot["deliveryFailures"]]
+    assert shown == ["https://hooks.example.com:8443/…"] * 4
+    everything = json.dumps(capture.frames) + json.dumps(snapshot)
+    assert "XXXXSECRET" not in everything and "token=abc" not in everything and "/services" not in everything
 
 
 async def test_a_tick_without_the_database_is_skipped_and_the_stream_goes_on(

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -22,3 +24,11 @@ def env_setter(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
         get_settings.cache_clear()
 
     return apply
+
+
+def allow_egress(set_env: Callable[..., None], *urls: str) -> None:
+    """Name test servers on loopback in ``ERMIS_EGRESS_ALLOW`` (``127.0.0.1:<port>`` each), as a
+    deployment names its private destinations; what is already allowed stays."""
+    entries = [entry for entry in os.environ.get("ERMIS_EGRESS_ALLOW", "").split(",") if entry]
+    entries += [urlsplit(url).netloc for url in urls]
+    set_env(ERMIS_EGRESS_ALLOW=",".join(entries))

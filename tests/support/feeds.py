@@ -1,5 +1,5 @@
 """A fixture feed server on loopback: RSS feeds the test writes, served with ETags, counted
-per fetch, and able to misbehave (slow, 500, oversized, not XML)."""
+per fetch, and able to misbehave (slow, 500, oversized, not XML) or redirect."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def rss(channel: str, items: list[tuple[str, str, str]], newest: datetime | None
 class FeedServer:
     feeds: dict[str, str] = field(default_factory=dict)
     modes: dict[str, str] = field(default_factory=dict)  # name -> slow | error | huge | invalid
+    redirects: dict[str, str] = field(default_factory=dict)  # name -> the Location of its 302
     latency_seconds: float = 0.0
     fetches: Counter = field(default_factory=Counter)
     not_modified: Counter = field(default_factory=Counter)
@@ -53,6 +54,8 @@ class FeedServer:
             self.fetches[name] += 1
         if self.latency_seconds:
             await asyncio.sleep(self.latency_seconds)
+        if name in self.redirects:
+            return Response(status_code=302, headers={"Location": self.redirects[name]})
         mode = self.modes.get(name)
         if mode == "slow":
             await asyncio.sleep(30)

@@ -3,8 +3,10 @@
 A test marked ``security`` calls ``record(table, case, tried=..., bad=...)``: how many hostile
 requests (or connections) of that kind it made, and how many came out wrong — got past a gate,
 ran work cross-site, answered 5xx, leaked a path, secret or traceback, showed another tenant's
-data, or held a slot it should have freed. ``scripts/security`` runs them and renders the
-tables (``tests.support.reports``); the target is every "bad" column at 0.
+data, or held a slot it should have freed — or, for an outbound request, reached or even tried
+a refused destination, or logged it without a clear reason or with the address it resolved to.
+``scripts/security`` runs them and renders the tables (``tests.support.reports``); the target
+is every "bad" column at 0.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ SECURITY = Report(
         "(marked `security`) against the functions served as `scripts/serve` serves them, over real",
         "sockets, with real Postgres and Redis. Each row is one kind of attack: how many requests or",
         "connections were tried, and how many came out wrong (past a gate, work run cross-site, a 5xx,",
-        "a path, secret or traceback in a body, another tenant's data, a slot not freed).",
-        "Target: every bad column is 0.",
+        "a path, secret or traceback in a body, another tenant's data, a slot not freed; for an",
+        "outbound request: a refused destination reached or even dialled, or logged without a clear",
+        "reason or with the address a name resolved to). Target: every bad column is 0.",
     ],
     tables={
         "sessions": ("Session tokens and claims", ["tried", "bad"]),
@@ -29,6 +32,7 @@ SECURITY = Report(
         "targets": ("Paths, methods and static files", ["tried", "bad"]),
         "connections": ("Slow, idle and malformed connections", ["tried", "bad"]),
         "streams": ("Streams held open past the caps", ["tried", "bad"]),
+        "outbound": ("Outbound requests a tenant can aim (webhooks and feeds)", ["tried", "bad"]),
     },
 )
 record = SECURITY.record

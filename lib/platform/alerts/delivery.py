@@ -16,6 +16,7 @@ A failure's reason, in words, goes in the log's ``detail``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lib.db.pool import connection
 from lib.db.state_store import get_state, set_state
+from lib.egress.destinations import redact_url
 from lib.lazy_imports import lazy_import
 from lib.platform.flags import is_feature_enabled
 from lib.runtime.invocation import invocation_memo
@@ -34,8 +36,9 @@ from lib.settings import get_settings
 if TYPE_CHECKING:
     from lib.platform.alerts.rules import AlertRule
 
-httpx = lazy_import("httpx")
+egress_client = lazy_import("lib.egress.client")
 
+DELIVERY_ID_HEADER = "X-Ermis-Delivery-Id"
 SIGNATURE_HEADER = "X-Ermis-Signature"
 TIMESTAMP_HEADER = "X-Ermis-Timestamp"
 
@@ -71,20 +74,30 @@ def sign_webhook(key: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + hmac.new(key.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
 
 
-async def _post_webhook(endpoint: str, key: str, alert: dict[str, Any]) -> int:
+async def _post_webhook(endpoint: str, key: str, alert: dict[str, Any]) -> tuple[int, str | None]:
+    """One attempt: ``(response code, None)``, or ``(0, why)`` when there was no answer. The
+    whole attempt — resolution, connection, request, response head — is bounded by
+    ``ERMIS_WEBHOOK_TIMEOUT_S``; the body is never read (the code is all a delivery needs), and
+    redirects are not followed (a 3xx is the receiver's answer)."""
     body = json.dumps(alert, separators=(",", ":"), default=str).encode()
     timestamp = str(int(time.time()))
     headers = {
         "Content-Type": "application/json",
+        DELIVERY_ID_HEADER: alert["id"],
         TIMESTAMP_HEADER: timestamp,
         SIGNATURE_HEADER: sign_webhook(key, timestamp, body),
     }
+    timeout_s = get_settings().ermis_webhook_timeout_s
     try:
-        async with httpx.AsyncClient(timeout=get_settings().ermis_webhook_timeout_s) as client:
-            response = await client.post(endpoint, content=body, headers=headers)
-        return response.status_code
-    except httpx.HTTPError:
-        return 0
+        async with asyncio.timeout(timeout_s):
+            async with (
+                egress_client.GuardedSession(timeout_s=timeout_s) as session,
+                session.open("POST", endpoint, content=body, headers=headers) as response,
+            ):
+                code = response.status_code
+        return code, ("webhooks follow no redirect" if 300 <= code < 400 else None)
+    except Exception as error:  # noqa: BLE001 - every failure of the attempt is logged, none raised
+        return 0, egress_client.failure_detail(error, timeout_s)
 
 
 async def _log_delivery(
@@ -108,8 +121,8 @@ async def deliver_alert(tenant_scope_id: str, rule: AlertRule, alert: dict[str, 
             await _log_delivery(tenant_scope_id, alert["id"], "webhook", 0, None, "the rule has no endpoint")
             return
         key = await webhook_signing_key(tenant_scope_id)
-        code = await _post_webhook(rule.endpoint, key, alert)
-        await _log_delivery(tenant_scope_id, alert["id"], "webhook", code, rule.endpoint)
+        code, detail = await _post_webhook(rule.endpoint, key, alert)
+        await _log_delivery(tenant_scope_id, alert["id"], "webhook", code, redact_url(rule.endpoint), detail)
     elif rule.channel == "email":
         if email_sender is None:
             await _log_delivery(tenant_scope_id, alert["id"], "email", 0, None, NO_EMAIL_SENDER)

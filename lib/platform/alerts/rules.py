@@ -1,7 +1,8 @@
 """Alert rules: a JSON list per tenant in ``platform_state`` under
 ``platform:alerts-rules:<tenantScopeId>`` (CONTRACTS §6). A rule matches a story when any
 keyword occurs, case-insensitively, in its headline or summary. A stored rule that does not
-validate is skipped (and reported), never fatal to the tenant's other rules.
+validate is skipped (and reported by its id and the fields at fault, never its values: an
+endpoint can be a credential), never fatal to the tenant's other rules.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ async def get_alert_rules(tenant_scope_id: str) -> list[AlertRule]:
     for raw in stored if isinstance(stored, list) else []:
         try:
             rules.append(AlertRule.model_validate(raw))
-        except ValidationError:
-            log_server_error("alerts", f"invalid alert rule for {tenant_scope_id}", rule=raw)
+        except ValidationError as invalid:
+            # Which fields are wrong, never their values: a rule's endpoint can be a credential.
+            faults = sorted({".".join(map(str, error["loc"])) or "rule" for error in invalid.errors()})
+            rule_id = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else None
+            log_server_error(
+                "alerts", f"invalid alert rule for {tenant_scope_id}", ruleId=(rule_id or "")[:100], fields=faults
+            )
     return rules

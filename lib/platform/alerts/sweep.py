@@ -1,10 +1,11 @@
 """The alert sweep (spec: ``evaluateInstantAlertRulesForAllTenants``): every tenant with an
-alert-rules row, ``ALERT_SWEEP_CONCURRENCY`` at a time, evaluated against the build-free peek of
+alert-rules row, ``ALERT_SWEEP_CONCURRENCY`` at a time (a pool: a tenant whose receivers are
+slow holds one slot and delays no one else), evaluated against the build-free peek of
 its stories. A tenant with no built cache is skipped (``skippedNoFeedCache``) — the sweep never
 builds. A tenant with rules but no newsroom profile (so no catalog) is counted in
 ``skippedNoProfile`` (an added field), not as a failure every tick. One tenant's failure is
 counted and written to stderr, and the others go on. Given the
-tick's ``deadline``, no batch starts after it, and a batch still running then is cut off: the
+tick's ``deadline``, no tenant starts after it, and those still running then are cut off: the
 tenants not evaluated are counted in ``skippedDeadline`` (an added field).
 """
 
@@ -48,16 +49,21 @@ async def evaluate_instant_alert_rules_for_all_tenants(deadline: Deadline | None
             summary["failed"] += 1
             sys.stderr.write(f"[alerts] sweep evaluation failed for {tenant}: {error}\n")
 
-    for start in range(0, len(tenants), ALERT_SWEEP_CONCURRENCY):
-        batch = tenants[start : start + ALERT_SWEEP_CONCURRENCY]
-        try:
-            if deadline is not None and deadline.passed():
-                raise TimeoutError
-            async with asyncio.timeout(None if deadline is None else deadline.remaining()):
-                await asyncio.gather(*(sweep(tenant) for tenant in batch))
-        except TimeoutError:
-            settled = sum(summary[key] for key in ("evaluated", "skippedNoFeedCache", "skippedNoProfile", "failed"))
-            summary["skippedDeadline"] = len(tenants) - settled
-            sys.stderr.write(f"[alerts] tick deadline reached; {summary['skippedDeadline']} tenant(s) not evaluated\n")
-            break
+    # A pool, not batches: a tenant whose receivers are slow holds one slot, never a batch.
+    slots = asyncio.Semaphore(ALERT_SWEEP_CONCURRENCY)
+
+    async def sweep_in_slot(tenant: str) -> None:
+        async with slots:
+            if deadline is None or not deadline.passed():
+                await sweep(tenant)
+
+    try:
+        async with asyncio.timeout(None if deadline is None else deadline.remaining()):
+            await asyncio.gather(*(sweep_in_slot(tenant) for tenant in tenants))
+    except TimeoutError:
+        pass
+    settled = sum(summary[key] for key in ("evaluated", "skippedNoFeedCache", "skippedNoProfile", "failed"))
+    summary["skippedDeadline"] = len(tenants) - settled
+    if summary["skippedDeadline"]:
+        sys.stderr.write(f"[alerts] tick deadline reached; {summary['skippedDeadline']} tenant(s) not evaluated\n")
     return summary
