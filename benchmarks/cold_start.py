@@ -42,7 +42,7 @@ from vercel.queue.devserver import EmbeddedQueueDevServer, embedded_queue_dev_se
 from benchmarks.services import benchmark_services
 from lib.bundle import PROJECT_ROOT
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
-from lib.queues.publish import publish_rss_message
+from lib.queues.publish import publish_message
 from lib.queues.topics import RSS_QUEUE_TOPICS, wire_topic
 from lib.settings import get_settings
 from tests.support.catalogs import add_draft
@@ -134,7 +134,7 @@ def push_delivery(function: BuiltFunction, queue: EmbeddedQueueDevServer) -> Fir
     path = "/" + function.name
 
     def lease() -> Any:
-        asyncio.run(publish_rss_message(topic, rss_message(f"cold-{uuid.uuid4().hex}")))
+        asyncio.run(publish_message(topic, rss_message(f"cold-{uuid.uuid4().hex}")))
         # A reserved topic's consumer retries its messages, so an earlier round's may be due
         # again: any one delivery is a delivery to time.
         return next(iter(queue.iter_push_deliveries(trigger["topic"], trigger["consumer"])))

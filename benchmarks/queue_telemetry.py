@@ -1,7 +1,7 @@
 """The consumer wrapper's telemetry write: deliveries per second with and without it.
 
 Signed messages are sent to the SDK's embedded queue service and pushed to a consumer route
-(``create_rss_consumer`` with a handler that does nothing, so the wrapper's own cost is what is
+(``create_queue_consumer`` with a handler that does nothing, so the wrapper's own cost is what is
 measured: verify, claim, finish, count). Each round runs both variants on fresh messages, one
 after the other, 16 deliveries in flight at a time; "without" replaces the wrapper's
 ``record_delivery`` with a no-op for its round. Statements are every query the bundle sent
@@ -29,9 +29,9 @@ from lib.db.pool import close_pools
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
 from lib.local.dev import EMBEDDED_QUEUE_TOKEN
-from lib.queues.consumer import create_rss_consumer
+from lib.queues.consumer import create_queue_consumer
 from lib.queues.consumer_names import vercel_consumer_name
-from lib.queues.publish import RssMessageMetadata, publish_rss_message
+from lib.queues.publish import MessageMetadata, publish_message
 from lib.queues.topics import wire_topic
 from lib.settings import get_settings
 from tests.support.queue import rss_message
@@ -42,7 +42,7 @@ ROUNDS = 3
 IN_FLIGHT = 16
 
 
-async def do_nothing(_message: dict[str, Any], _metadata: RssMessageMetadata) -> None:
+async def do_nothing(_message: dict[str, Any], _metadata: MessageMetadata) -> None:
     return None
 
 
@@ -53,7 +53,7 @@ async def no_telemetry(*_args: Any, **_kwargs: Any) -> None:
 async def round_of_deliveries(server: Any, app: Any, consumer: str) -> tuple[float, int]:
     """Seconds to push ``MESSAGES_PER_ROUND`` fresh messages, and the deliveries made."""
     for _ in range(MESSAGES_PER_ROUND):
-        await publish_rss_message(TOPIC, rss_message(str(uuid.uuid4())))
+        await publish_message(TOPIC, rss_message(str(uuid.uuid4())))
     deliveries = list(server.iter_push_deliveries(wire_topic(TOPIC), consumer))
     gate = asyncio.Semaphore(IN_FLIGHT)
     transport = httpx.ASGITransport(app=app)
@@ -70,7 +70,7 @@ async def round_of_deliveries(server: Any, app: Any, consumer: str) -> tuple[flo
 
 
 async def measure(server: Any) -> dict[str, dict[str, float]]:
-    receive = create_rss_consumer(TOPIC, do_nothing, module_file=__file__)
+    receive = create_queue_consumer(TOPIC, do_nothing, module_file=__file__)
     app = function_app(route("/consume", POST=guarded(QUEUE_MESSAGE_HMAC, receive)))
     consumer = vercel_consumer_name(bundle_relative_path(__file__))
     real = consumer_module.record_delivery

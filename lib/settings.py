@@ -113,6 +113,17 @@ def _one_of(*choices: str) -> Any:
     return _Setting(str, choices[0], "one of " + ", ".join(choices), check=lambda v: v in choices)
 
 
+def _delays(raw: str) -> tuple[float, ...]:
+    delays = tuple(float(part) for part in raw.split(","))
+    if not all(0 < delay <= 7 * 86_400 for delay in delays):
+        raise ValueError(raw)
+    return delays
+
+
+# Like Stripe's: about three days, the gaps growing from a minute to twelve hours (11 retries).
+DEFAULT_WEBHOOK_RETRY_SCHEDULE_S = (60.0, 300.0, 1800.0, 3600.0, 10_800.0, 21_600.0) + (43_200.0,) * 5
+
+
 def _boolean(default: bool) -> Any:
     return _Setting(_flag, default, "a boolean (true/false, 1/0, yes/no, on/off)")
 
@@ -145,6 +156,10 @@ class Settings:
     ermis_feed_build_throttle_s: float = _number(120.0, minimum=0)
     ermis_webhook_timeout_s: float = _number(5.0, above=0)
     ermis_egress_allow: str | None = _text()
+    ermis_webhook_circuit_open_s: float = _number(60.0, above=0)
+    ermis_webhook_retry_schedule_s: tuple[float, ...] = _Setting(
+        _delays, DEFAULT_WEBHOOK_RETRY_SCHEDULE_S, "comma-separated delays in seconds, each above 0 and at most 7 days"
+    )
     ermis_synthesis_provider: str = _text("deterministic")
     ermis_synthesis_url: str | None = _text()
     ermis_synthesis_api_key: Secret | None = _secret()

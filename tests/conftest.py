@@ -46,6 +46,8 @@ TABLES = (
     "alert_history",
     "review_status_events",
     "delivery_logs",
+    "webhook_deliveries",
+    "webhook_circuits",
     "stream_changes",
     "stream_channels",
     "newsroom_profiles",

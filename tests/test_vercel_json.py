@@ -30,6 +30,7 @@ CONTRACT_TOPICS = {
     "api/queues/rss/enrich.py": "rss-enrich",
     "api/queues/rss/cluster.py": "rss-cluster",
     "api/queues/rss/synthesize.py": "rss-synthesize",
+    "api/queues/webhooks/deliver.py": "webhooks-deliver",
 }
 
 

@@ -3,11 +3,13 @@ the consumer wrapper's DLQ payload), as typed models: the source of the committe
 in ``contracts/schemas/messages/`` (``lib.contracts.schemas``).
 
 - The four ``rss.*`` topics carry one message: ``RssQueueMessage`` is what a producer hands to
-  ``publish_rss_message``; ``SignedRssQueueMessage`` is that message signed (plus ``signedAt``
-  and ``signature``), what is on the queue. ``publish_rss_message`` checks the signed message
+  ``publish_message``; ``SignedRssQueueMessage`` is that message signed (plus ``signedAt``
+  and ``signature``), what is on the queue. ``publish_message`` checks the signed message
   before sending it, and the consumer checks it again after the signature verifies. A message
   that verifies but does not match is dead-lettered at once with the reason (retrying cannot
   fix it), so a producer's version skew shows in the operators' queue view.
+- ``webhooks.deliver`` carries ``SignedWebhookWakeup``: "attempt delivery ``deliveryId`` now",
+  for the attempt due at ``dueAt`` (``lib.platform.alerts.webhooks``).
 - The ``-dlq`` topics carry ``DeadLetterMessage``.
 
 Models are strict and closed (no coercion, no unknown fields): a field a producer adds is a
@@ -20,7 +22,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lib.queues.topics import RSS_QUEUE_TOPICS
+from lib.queues.topics import RSS_QUEUE_TOPICS, WEBHOOK_DELIVERY_TOPIC
 
 ISO_INSTANT = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$"
 DLQ_ERROR_MESSAGE_CHARS = 500
@@ -47,6 +49,19 @@ class SignedRssQueueMessage(RssQueueMessage):
     signature: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
+class WebhookWakeup(_Message):
+    """Wake webhook delivery ``deliveryId`` (its alert's id) for the attempt due at ``dueAt``."""
+
+    deliveryId: Annotated[str, Field(min_length=1, max_length=200)]
+    dueAt: Annotated[str, Field(pattern=ISO_INSTANT)]
+    requestedAt: Annotated[str, Field(pattern=ISO_INSTANT)]
+
+
+class SignedWebhookWakeup(WebhookWakeup):
+    signedAt: Annotated[int, Field(ge=0, le=2**53 - 1)]
+    signature: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
 class DeadLetterMessage(_Message):
     originalMessageId: str
     originalTopic: str
@@ -55,7 +70,10 @@ class DeadLetterMessage(_Message):
     errorMessage: Annotated[str, Field(max_length=DLQ_ERROR_MESSAGE_CHARS)]
 
 
-QUEUE_MESSAGES: dict[str, type[BaseModel]] = {topic: SignedRssQueueMessage for topic in RSS_QUEUE_TOPICS.values()}
+QUEUE_MESSAGES: dict[str, type[BaseModel]] = {
+    **{topic: SignedRssQueueMessage for topic in RSS_QUEUE_TOPICS.values()},
+    WEBHOOK_DELIVERY_TOPIC: SignedWebhookWakeup,
+}
 """The signed message each topic carries."""
 
 

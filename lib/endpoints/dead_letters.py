@@ -1,9 +1,9 @@
 """``GET/POST /api/admin/dead-letters`` (surface ``queues``): every source of stuck work behind
 one list, and the operator's actions on it (``lib.platform.stuck_work``).
 
-``GET ?source=queue|ledger|metering&limit=&cursor=`` answers ``{"entries": [{"source", "id",
-"failedAt", "attempts", "error", "payload"}], "nextCursor", "unavailable"}``, newest first. Without
-``source`` the three are merged by ``failedAt``; the cursor (opaque) carries each source's own
+``GET ?source=queue|ledger|metering|webhook&limit=&cursor=`` answers ``{"entries": [{"source",
+"id", "failedAt", "attempts", "error", "payload"}], "nextCursor", "unavailable"}``, newest first.
+Without ``source`` all are merged by ``failedAt``; the cursor (opaque) carries each source's own
 keyset position, so paging through the merge skips and repeats nothing. A source that cannot be
 read right now (Redis not configured) is named in ``unavailable`` instead of failing the list.
 
@@ -29,6 +29,7 @@ from lib.http.bodies import int_query, json_body
 from lib.http.errors import ApiError
 from lib.lazy_imports import lazy_import
 from lib.platform.ai_ledger_retry import LedgerDeadLetters, RedisNotConfigured
+from lib.platform.alerts.dead_deliveries import WebhookDeadDeliveries
 from lib.platform.metering_dead_letters import MeteringDeadLetters
 from lib.platform.ops_audit import record_operator_action
 from lib.platform.stuck_work import Position, StuckEntry, StuckWorkSource
@@ -37,7 +38,8 @@ from lib.queues.dead_letters import QueueDeadLetters
 request_bodies = lazy_import("lib.endpoints.request_bodies")
 
 SOURCES: dict[str, StuckWorkSource] = {
-    source.name: source for source in (QueueDeadLetters(), LedgerDeadLetters(), MeteringDeadLetters())
+    source.name: source
+    for source in (QueueDeadLetters(), LedgerDeadLetters(), MeteringDeadLetters(), WebhookDeadDeliveries())
 }
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200

@@ -21,7 +21,7 @@ from lib.platform.flags import FLAG_DEFINITIONS
 MAX_IDS = 100
 MAX_REASON_CHARS = 500
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH, pattern=r"^[^\x00]+$")]
-SourceName = Literal["queue", "ledger", "metering"]
+SourceName = Literal["queue", "ledger", "metering", "webhook"]
 
 
 class FlagUpdate(BaseModel):

@@ -11,7 +11,10 @@ of several kB each) accumulated. Daily at 03:00 this deletes:
 4. cron runs older than ``lib.jobs.cron_history.RETENTION_DAYS`` (30) (``deletedCronRuns``);
 5. stream positions older than ``lib.platform.activity.RETENTION_DAYS`` (7), raising each
    channel's retention horizon (``deletedStreamChanges``, added by issue 20): a stream resuming
-   from before it is told so (``stream.reset``), never served a gap.
+   from before it is told so (``stream.reset``), never served a gap;
+6. webhook deliveries delivered or discarded more than
+   ``lib.platform.alerts.webhooks.FINISHED_RETENTION_DAYS`` (30) ago, and endpoint circuits
+   untouched as long (``deletedWebhookDeliveries``, added by issue 35).
 
 Deletion runs in batches of ``CLEANUP_BATCH_SIZE`` rows, each its own short transaction, so a
 backlog of millions never holds one long lock or one huge WAL burst. As the spec says, this
@@ -32,6 +35,7 @@ from lib.db.state_store import delete_expired_state_batch, delete_stale_hash_rec
 from lib.http.errors import internal_error_response
 from lib.jobs.cron_history import prune_cron_runs_batch
 from lib.platform.activity import prune_stream_changes_batch
+from lib.platform.alerts.webhooks import prune_finished_deliveries_batch
 from lib.queues.claims import prune_done_claims_batch
 
 ROUTE = "/api/admin/state/cleanup"
@@ -61,6 +65,7 @@ async def cleanup_platform_state(batch_size: int = CLEANUP_BATCH_SIZE) -> dict[s
         "deletedBatchClaims": await _delete_in_batches(prune_done_claims_batch, batch_size),
         "deletedCronRuns": await _delete_in_batches(prune_cron_runs_batch, batch_size),
         "deletedStreamChanges": await _delete_in_batches(prune_stream_changes_batch, batch_size),
+        "deletedWebhookDeliveries": await _delete_in_batches(prune_finished_deliveries_batch, batch_size),
         "processedAt": iso_timestamp(),
     }
 

@@ -1,9 +1,10 @@
-"""Stuck work (issue 11): one model for the three places work stops and waits for an operator.
+"""Stuck work (issue 11): one model for the places work stops and waits for an operator.
 
 - ``queue``: a queue message dead-lettered after its last delivery failed
   (``lib.queues.dead_letters``);
 - ``ledger``: an AI ledger entry on the Redis retry DLQ (``lib.platform.ai_ledger_retry``);
-- ``metering``: a metering outbox row that exhausted its attempts (``lib.platform.ai_usage``).
+- ``metering``: a metering outbox row that exhausted its attempts (``lib.platform.ai_usage``);
+- ``webhook``: a webhook delivery that died (``lib.platform.alerts.dead_deliveries``).
 
 Each source lists its entries newest first, by the keyset ``(failedAt, id)`` (a ``Position``),
 and acts on entries by id: **redrive** (the work goes back to where it is retried) and

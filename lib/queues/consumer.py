@@ -23,7 +23,7 @@ leases the message and calls the subscriber registered here for the topic. The s
 Every delivery's outcome is counted in ``telemetry`` with one statement (the dead letter's row
 is written by that same statement).
 
-Steps 1 to 4 are ``RssConsumer.deliver``, which knows no transport: it takes a ``Delivery`` and
+Steps 1 to 4 are ``QueueConsumer.deliver``, which knows no transport: it takes a ``Delivery`` and
 answers a ``DeliveryResult`` (acknowledge, or come back after N seconds). The Vercel push route
 turns that into the SDK's ``RetryAfter``; the SQS Lambda (``lib.runtime.aws.sqs``) into
 ``ChangeMessageVisibility`` and ``batchItemFailures``.
@@ -60,7 +60,7 @@ from lib.queues.claims import BatchClaim, claim_batch, finish_batch
 from lib.queues.client import queue_client, uses_queue_service
 from lib.queues.consumer_names import vercel_consumer_name
 from lib.queues.dead_letters import insert_dead_letter
-from lib.queues.publish import RssHandler, RssMessageMetadata, register_rss_in_process_handler
+from lib.queues.publish import MessageHandler, MessageMetadata, register_in_process_handler
 from lib.queues.signing import message_rejection
 from lib.queues.telemetry import record_delivery
 from lib.queues.topics import dlq_topic, wire_topic
@@ -113,11 +113,11 @@ class DeliveryResult:
 DeadLetterMirror = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-class RssConsumer:
+class QueueConsumer:
     """One per (topic, consumer name) per process; re-creating a consumer (a module loaded
     twice) swaps the handler instead of registering a second, overlapping subscription."""
 
-    def __init__(self, topic: str, name: str, handler: RssHandler, options: ConsumerOptions) -> None:
+    def __init__(self, topic: str, name: str, handler: MessageHandler, options: ConsumerOptions) -> None:
         self.topic, self.name, self.handler, self.options = topic, name, handler, options
         # The SDK holds subscribers weakly; this reference keeps ours registered.
         self.subscriber: Any = None
@@ -139,7 +139,7 @@ class RssConsumer:
             deliver, topic=wire_topic(self.topic), consumer_group=vercel_queue.SanitizedName(self.name)
         )
 
-    async def process(self, payload: Any, metadata: RssMessageMetadata) -> str | None:
+    async def process(self, payload: Any, metadata: MessageMetadata) -> str | None:
         """Verify, claim and run once per batch; returns why the message was rejected, if it was."""
         context = f"queues:{self.topic}"
         rejection = message_rejection(payload)
@@ -175,7 +175,7 @@ class RssConsumer:
         whether the transport acknowledges it or lets it come back. On the last attempt the dead
         letter is passed to ``mirror_dead_letter`` (Vercel's ``-dlq`` topic; SQS's redrive
         policy needs none) and then recorded in ``queue_dead_letters``."""
-        metadata = RssMessageMetadata(delivery.message_id, self.topic, delivery.delivery_count)
+        metadata = MessageMetadata(delivery.message_id, self.topic, delivery.delivery_count)
         created_at = delivery.created_at
         try:
             rejection = await self.process(delivery.payload, metadata)
@@ -256,21 +256,21 @@ async def _release(claim: BatchClaim) -> None:
         log_server_error("queues:claims", error, batchId=claim.batch_id)
 
 
-_consumers: dict[tuple[str, str], RssConsumer] = {}
+_consumers: dict[tuple[str, str], QueueConsumer] = {}
 
 
-def _consumer_for(topic: str, name: str, handler: RssHandler, options: ConsumerOptions) -> RssConsumer:
+def _consumer_for(topic: str, name: str, handler: MessageHandler, options: ConsumerOptions) -> QueueConsumer:
     existing = _consumers.get((topic, name))
     if existing is not None:
         existing.handler, existing.options = handler, options
         return existing
-    consumer = RssConsumer(topic, name, handler, options)
+    consumer = QueueConsumer(topic, name, handler, options)
     _consumers[(topic, name)] = consumer
     return consumer
 
 
-def create_rss_consumer(
-    topic: str, handler: RssHandler, options: ConsumerOptions | None = None, *, module_file: str
+def create_queue_consumer(
+    topic: str, handler: MessageHandler, options: ConsumerOptions | None = None, *, module_file: str
 ) -> Handler:
     """The POST endpoint for ``topic``'s consumer route, served by the function ``module_file``
     (the ``api/`` file's ``__file__``), whose consumer name Vercel derives from its path."""
@@ -278,10 +278,10 @@ def create_rss_consumer(
         topic, vercel_consumer_name(bundle_relative_path(module_file)), handler, options or ConsumerOptions()
     )
 
-    async def in_process(payload: dict[str, Any], metadata: RssMessageMetadata) -> None:
+    async def in_process(payload: dict[str, Any], metadata: MessageMetadata) -> None:
         await consumer.process(payload, metadata)
 
-    register_rss_in_process_handler(topic, in_process)
+    register_in_process_handler(topic, in_process)
     expected_topic = wire_topic(topic)
 
     async def receive_push(request: Request) -> Response:
@@ -310,7 +310,7 @@ def create_rss_consumer(
     return receive_push
 
 
-def registered_consumers() -> list[RssConsumer]:
+def registered_consumers() -> list[QueueConsumer]:
     """Every consumer the ``api/`` modules loaded in this process created — how another
     transport's entry point (``lib.runtime.aws.entry``) reaches the same consumers."""
     return list(_consumers.values())

@@ -22,7 +22,7 @@ from lib.db.pool import connection
 from lib.lazy_imports import lazy_import
 from lib.observability import describe_error
 from lib.platform.stuck_work import EntryOutcome, Position, StuckEntry, outcomes_in_order, row_ids
-from lib.queues.publish import publish_rss_message
+from lib.queues.publish import publish_message
 
 psycopg_json = lazy_import("psycopg.types.json")
 
@@ -109,7 +109,7 @@ class QueueDeadLetters:
                     acted[entry_id] = EntryOutcome(entry_id, "not_redrivable", "the original message is not an object")
                     continue
                 try:
-                    await publish_rss_message(row["topic"], row["payload"], key=f"{row['topic']}:redrive:{entry_id}")
+                    await publish_message(row["topic"], row["payload"], key=f"{row['topic']}:redrive:{entry_id}")
                 except Exception as error:  # noqa: BLE001 - reported per id; the entry stays listed
                     acted[entry_id] = EntryOutcome(entry_id, "failed", describe_error(error))
                     continue

@@ -17,13 +17,13 @@ from lib.db.state_store import set_state
 from lib.platform.aggregation.sources import GLOBAL_SCOPE
 from lib.platform.aggregation.stories import list_aggregated_stories
 from lib.platform.flags import is_feature_enabled
-from lib.queues.publish import RssMessageMetadata
+from lib.queues.publish import MessageMetadata
 
 # The last batch the ingest consumer completed: how scripts/pipeline confirms a run.
 LAST_INGEST_RUN_KEY = "platform:queues:rss.ingest:last-run"
 
 
-async def handle_rss_ingest(message: dict[str, Any], metadata: RssMessageMetadata) -> None:
+async def handle_rss_ingest(message: dict[str, Any], metadata: MessageMetadata) -> None:
     batch = message.get("batchId")
     if not await is_feature_enabled("rssQueuePipeline"):
         sys.stderr.write(f"[queues:{metadata.topic}] pipeline flag is off; acknowledging batch={batch} without work\n")

@@ -32,18 +32,18 @@ queue_messages = lazy_import("lib.contracts.queue_messages")
 
 
 @dataclass(frozen=True)
-class RssMessageMetadata:
+class MessageMetadata:
     message_id: str
     topic: str
     delivery_count: int
 
 
-RssHandler = Callable[[dict[str, Any], RssMessageMetadata], Awaitable[None]]
-_in_process_handlers: dict[str, RssHandler] = {}
+MessageHandler = Callable[[dict[str, Any], MessageMetadata], Awaitable[None]]
+_in_process_handlers: dict[str, MessageHandler] = {}
 _NON_ALPHANUMERIC = re.compile(r"[^A-Za-z0-9]")
 
 
-def register_rss_in_process_handler(topic: str, handler: RssHandler) -> None:
+def register_in_process_handler(topic: str, handler: MessageHandler) -> None:
     _in_process_handlers[topic] = handler
 
 
@@ -58,11 +58,15 @@ def idempotency_key(topic: str, message: dict[str, Any]) -> str:
 PublishOutcome = Literal["queued", "dispatched", "dropped"]
 
 
-async def publish_rss_message(topic: str, message: dict[str, Any], *, key: str | None = None) -> PublishOutcome:
+async def publish_message(
+    topic: str, message: dict[str, Any], *, key: str | None = None, delay_seconds: int = 0
+) -> PublishOutcome:
     """Sign, check against the topic's contract (``InvalidMessage`` names the fields at fault),
     and publish: ``queued`` on the queue service, ``dispatched`` to the in-process
     handler, or ``dropped`` (not provisioned, no handler registered). ``key`` replaces the
-    spec's idempotency key (a redrive must not be deduplicated against the original send)."""
+    spec's idempotency key (a redrive must not be deduplicated against the original send).
+    ``delay_seconds``: the message becomes visible that much later (on a transport only: the
+    in-process path runs it now, so a caller with a later time must not publish in-process)."""
     signed = sign_message(message)
     contract = queue_messages.QUEUE_MESSAGES.get(topic)
     if contract is None:
@@ -70,7 +74,9 @@ async def publish_rss_message(topic: str, message: dict[str, Any], *, key: str |
     queue_messages.check_message(contract, signed)
     transport = queue_transport()
     if transport is not None:
-        await transport.send(topic, signed, idempotency_key=key or idempotency_key(topic, signed))
+        await transport.send(
+            topic, signed, idempotency_key=key or idempotency_key(topic, signed), delay_seconds=delay_seconds
+        )
         await record_published(topic)
         return "queued"
     handler = _in_process_handlers.get(topic)
@@ -78,7 +84,7 @@ async def publish_rss_message(topic: str, message: dict[str, Any], *, key: str |
         sys.stderr.write(f"[queues:{topic}] no queue provisioned and no in-process handler; message dropped\n")
         return "dropped"
     await record_published(topic)
-    await handler(signed, RssMessageMetadata(f"in-process-{uuid.uuid4()}", topic, 1))
+    await handler(signed, MessageMetadata(f"in-process-{uuid.uuid4()}", topic, 1))
     return "dispatched"
 
 
@@ -92,5 +98,5 @@ async def publish_rss_aggregation_refresh() -> str | None:
         "feedUrl": "",
         "requestedAt": iso_timestamp(),
     }
-    outcome = await publish_rss_message(RSS_QUEUE_TOPICS["ingest"], message)
+    outcome = await publish_message(RSS_QUEUE_TOPICS["ingest"], message)
     return None if outcome == "dropped" else message["batchId"]

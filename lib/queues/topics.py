@@ -1,6 +1,7 @@
-"""The pipeline's topics: logical names in code and logs (``rss.ingest``), wire names on the
+"""The queue's topics: logical names in code and logs (``rss.ingest``), wire names on the
 queue service, which accepts only ``[A-Za-z0-9_-]`` (``rss-ingest``), and the dead-letter
-topic of each (``rss-ingest-dlq``)."""
+topic of each (``rss-ingest-dlq``). The four ``rss.*`` topics are the aggregation pipeline;
+``webhooks.deliver`` carries the wake-ups of webhook deliveries (``lib.platform.alerts.webhooks``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ RSS_QUEUE_TOPICS: Final[dict[str, str]] = {
     "cluster": "rss.cluster",
     "synthesize": "rss.synthesize",
 }
+WEBHOOK_DELIVERY_TOPIC: Final = "webhooks.deliver"
 _WIRE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 

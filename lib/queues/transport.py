@@ -1,10 +1,13 @@
 """Queue transports: the one seam between the pipeline and the service that carries it (issue 12).
 
+A message may be sent with a delay (``delay_seconds``): Vercel Queues holds it up to its
+retention, SQS up to ``SQS_MAX_DELAY_SECONDS``.
+
 Everything above the seam — signing, replay defence, the batch claim, the handler, the dead-letter
 record in Postgres, telemetry — is the same on every transport. A transport only *sends* a
 signed message to a topic; deliveries come back through the transport's own entry point (Vercel
 pushes to the consumer route, ``lib.queues.consumer``; SQS invokes the consumer Lambda,
-``lib.runtime.aws.sqs``), and both hand them to the same ``RssConsumer.deliver``.
+``lib.runtime.aws.sqs``), and both hand them to the same ``QueueConsumer.deliver``.
 
 ``ERMIS_QUEUE_TRANSPORT`` chooses:
 
@@ -30,6 +33,9 @@ from lib.queues.client import QueueNotProvisioned, queue_client, uses_queue_serv
 from lib.queues.topics import wire_topic
 from lib.settings import get_settings
 
+# SQS delays a message by at most 15 minutes; a longer delay is the sender's to split
+# (a webhook wake-up that arrives early sends the next one).
+SQS_MAX_DELAY_SECONDS = 900
 # Only the SQS transport needs boto3; Lambda's runtime provides it.
 boto3 = lazy_import("boto3")
 
@@ -37,14 +43,18 @@ boto3 = lazy_import("boto3")
 class QueueTransport(Protocol):
     name: str
 
-    async def send(self, topic: str, message: dict[str, Any], *, idempotency_key: str) -> None: ...
+    async def send(
+        self, topic: str, message: dict[str, Any], *, idempotency_key: str, delay_seconds: int = 0
+    ) -> None: ...
 
 
 class VercelQueueTransport:
     name = "vercel"
 
-    async def send(self, topic: str, message: dict[str, Any], *, idempotency_key: str) -> None:
-        await queue_client().send(wire_topic(topic), message, idempotency_key=idempotency_key)
+    async def send(self, topic: str, message: dict[str, Any], *, idempotency_key: str, delay_seconds: int = 0) -> None:
+        await queue_client().send(
+            wire_topic(topic), message, idempotency_key=idempotency_key, delay=delay_seconds or None
+        )
 
 
 @lru_cache(maxsize=1)
@@ -64,10 +74,13 @@ def sqs_queue_url(topic: str) -> str:
 class SqsTransport:
     name = "sqs"
 
-    async def send(self, topic: str, message: dict[str, Any], *, idempotency_key: str) -> None:
+    async def send(self, topic: str, message: dict[str, Any], *, idempotency_key: str, delay_seconds: int = 0) -> None:
         # Standard queues do not deduplicate; duplicates are the batch claim's to absorb.
         body = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
-        await asyncio.to_thread(sqs_client().send_message, QueueUrl=sqs_queue_url(topic), MessageBody=body)
+        delay = min(delay_seconds, SQS_MAX_DELAY_SECONDS)
+        await asyncio.to_thread(
+            sqs_client().send_message, QueueUrl=sqs_queue_url(topic), MessageBody=body, DelaySeconds=delay
+        )
 
 
 def queue_transport() -> QueueTransport | None:

@@ -9,7 +9,7 @@ from lib.contracts.queue_messages import QUEUE_MESSAGES
 from lib.contracts.schemas import contract_schemas, schema_text
 from lib.contracts.stream_events import STREAM_EVENTS
 from lib.local.paths import PROJECT_ROOT
-from lib.queues.topics import RSS_QUEUE_TOPICS
+from lib.queues.topics import RSS_QUEUE_TOPICS, WEBHOOK_DELIVERY_TOPIC
 from lib.streams.notification_reads import KINDS
 from lib.streams.sse import CURSOR_EVENT, END_EVENT
 
@@ -27,7 +27,7 @@ def test_every_committed_schema_is_what_its_model_generates() -> None:
 def test_every_stream_event_and_every_topic_has_a_closed_schema() -> None:
     assert {CURSOR_EVENT, END_EVENT, "stream.reset", "feed.changed", "story.phase"} <= set(STREAM_EVENTS)
     assert set(KINDS) <= set(STREAM_EVENTS)  # the models frames are built by
-    assert set(RSS_QUEUE_TOPICS.values()) == set(QUEUE_MESSAGES)
+    assert {*RSS_QUEUE_TOPICS.values(), WEBHOOK_DELIVERY_TOPIC} == set(QUEUE_MESSAGES)
     for path in SCHEMAS.rglob("*.json"):
         schema = json.loads(path.read_text(encoding="utf-8"))
         assert schema["type"] == "object" and schema["additionalProperties"] is False, path

@@ -17,9 +17,9 @@ from lib.bundle import bundle_relative_path
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
 from lib.platform.ai_ledger_retry import DLQ_KEY, QUEUE_KEY, dead_letter, retry_entry
-from lib.queues.consumer import ConsumerOptions, create_rss_consumer, retry_delay_seconds
+from lib.queues.consumer import ConsumerOptions, create_queue_consumer, retry_delay_seconds
 from lib.queues.consumer_names import vercel_consumer_name
-from lib.queues.publish import RssMessageMetadata, publish_rss_message
+from lib.queues.publish import MessageMetadata, publish_message
 from lib.queues.topics import wire_topic
 from lib.redis.client import get_redis
 from lib.redis.commands import execute_command
@@ -38,7 +38,7 @@ handled: list[tuple[str, int]] = []
 failing = {"on": True}
 
 
-async def sometimes_failing(message: dict, metadata: RssMessageMetadata) -> None:
+async def sometimes_failing(message: dict, metadata: MessageMetadata) -> None:
     handled.append((message["batchId"], metadata.delivery_count))
     if failing["on"]:
         raise RuntimeError("the enrichment service is down")
@@ -71,9 +71,9 @@ async def entries(client: httpx.AsyncClient, headers: dict[str, str], query: str
 async def test_a_queue_dead_letter_is_redriven_once_and_its_consumer_runs_again(
     queue: EmbeddedQueue, db, mint_token: Callable[..., str]
 ) -> None:
-    receive = create_rss_consumer(TOPIC, sometimes_failing, ConsumerOptions(max_attempts=2), module_file=__file__)
+    receive = create_queue_consumer(TOPIC, sometimes_failing, ConsumerOptions(max_attempts=2), module_file=__file__)
     consumer = function_app(route("/consume", POST=guarded(QUEUE_MESSAGE_HMAC, receive)))
-    await publish_rss_message(TOPIC, rss_message("b-dead"))
+    await publish_message(TOPIC, rss_message("b-dead"))
     await queue.push(WIRE, consumer, "/consume", CONSUMER)
     queue.advance(retry_delay_seconds(1))
     await queue.push(WIRE, consumer, "/consume", CONSUMER)

@@ -56,6 +56,7 @@ async def test_the_cron_tick_answers_the_spec_body_and_does_the_work(db, redis, 
         "skippedNoProfile": 0,
         "failed": 0,
         "skippedDeadline": 0,
+        "webhookRetriesWoken": 0,
     }
     assert body["refreshedAt"].endswith("Z")
     drafts = await (

@@ -13,6 +13,7 @@ import pytest
 from lib.db.pool import close_pools
 from lib.jobs.state_cleanup import cleanup_platform_state
 from tests.support.auth import TEST_CRON_SECRET, cron_headers, session_headers
+from tests.support.contract import CLEANUP_RESPONSE_FIELDS
 from tests.support.functions import client_for, load_api_app
 
 PATH = "/api/admin/state/cleanup"
@@ -54,9 +55,7 @@ async def test_cron_get_deletes_exactly_what_the_spec_names(db) -> None:
         response = await client.get(PATH, headers=cron_headers())
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {
-        "deleted", "deletedHashRecords", "deletedBatchClaims", "deletedCronRuns", "deletedStreamChanges", "processedAt"
-    }  # fmt: skip
+    assert set(body) == CLEANUP_RESPONSE_FIELDS
     assert (body["deleted"], body["deletedHashRecords"], body["deletedBatchClaims"]) == (2, 2, 1)
     claims = await (await db.execute("SELECT batch_id FROM queue_batch_claims ORDER BY 1")).fetchall()
     assert [row[0] for row in claims] == ["old-released", "recent-done"]  # a released batch can still run
@@ -85,6 +84,31 @@ async def test_stream_positions_past_retention_go_and_leave_their_horizon(db) ->
     assert left == positions[2:]
     horizon = await (await db.execute("SELECT channel, pruned_through FROM stream_channels")).fetchall()
     assert horizon == [("alerts|org_a", positions[1])]
+
+
+async def test_finished_webhook_deliveries_go_after_their_retention_and_dead_ones_stay(db) -> None:
+    for delivery_id, status, days_ago in [
+        ("old-delivered", "delivered", 31),
+        ("old-discarded", "discarded", 31),
+        ("old-dead", "dead", 31),
+        ("new-delivered", "delivered", 1),
+        ("pending", "pending", None),
+    ]:
+        await db.execute(
+            "INSERT INTO webhook_deliveries (id, tenant_scope_id, rule_id, payload, status, finished_at)"
+            " VALUES (%s, 'org_a', 'r', '{}', %s, now() - %s * interval '1 day')",
+            (delivery_id, status, days_ago),
+        )
+    await db.execute(
+        "INSERT INTO webhook_circuits (endpoint_digest, updated_at) VALUES ('gone', now() - interval '31 days')"
+    )
+    await db.execute("INSERT INTO webhook_circuits (endpoint_digest) VALUES ('recent')")
+    body = await cleanup_platform_state(batch_size=1)
+    assert body["deletedWebhookDeliveries"] == 2
+    left = await (await db.execute("SELECT id FROM webhook_deliveries ORDER BY 1")).fetchall()
+    assert [row[0] for row in left] == ["new-delivered", "old-dead", "pending"]
+    circuits = await (await db.execute("SELECT endpoint_digest FROM webhook_circuits")).fetchall()
+    assert [row[0] for row in circuits] == ["recent"]
 
 
 async def test_operator_post_with_the_state_surface(db, mint_token: Callable[..., str]) -> None:

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from lib.local.dev_keys import ensure_dev_key_pair
+from tests.support.contract import CLEANUP_RESPONSE_FIELDS
 from tests.support.devserver import DevServer, dev_token, run_script, running_dev_server, service_pids
 
 
@@ -58,9 +59,7 @@ def test_gates_answer_as_the_contract_says(dev_server: DevServer) -> None:
     cron_secret = secret_from(dev_server, "CRON_SECRET")
     ok = httpx.get(path, headers={"Authorization": f"Bearer {cron_secret}"})
     assert ok.status_code == 200
-    assert set(ok.json()) == {
-        "deleted", "deletedHashRecords", "deletedBatchClaims", "deletedCronRuns", "deletedStreamChanges", "processedAt"
-    }  # fmt: skip
+    assert set(ok.json()) == CLEANUP_RESPONSE_FIELDS
     assert httpx.get(path).status_code == 401
     assert httpx.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
 

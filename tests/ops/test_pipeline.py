@@ -20,6 +20,9 @@ async def test_enable_refuses_without_a_signing_secret(set_env) -> None:
 
 def test_push_bridge_routes_each_wire_topic_to_its_consumer_under_vercels_name() -> None:
     assert {(t.topic, t.path, t.consumer) for t in queue_triggers(PROJECT_ROOT)} == {
-        (f"rss-{stage}", f"/api/queues/rss/{stage}", f"api_Squeues_Srss_S{stage}_Dpy")
-        for stage in ("ingest", "enrich", "cluster", "synthesize")
+        *(
+            (f"rss-{stage}", f"/api/queues/rss/{stage}", f"api_Squeues_Srss_S{stage}_Dpy")
+            for stage in ("ingest", "enrich", "cluster", "synthesize")
+        ),
+        ("webhooks-deliver", "/api/queues/webhooks/deliver", "api_Squeues_Swebhooks_Sdeliver_Dpy"),
     }

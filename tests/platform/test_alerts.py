@@ -19,10 +19,10 @@ from starlette.routing import Route
 from lib.db.state_store import set_state
 from lib.platform.aggregation.sources import GLOBAL_SCOPE
 from lib.platform.aggregation.stories import list_aggregated_stories
-from lib.platform.alerts.delivery import sign_webhook, webhook_signing_key
 from lib.platform.alerts.evaluation import evaluate_alert_rules
 from lib.platform.alerts.rules import AlertRule, get_alert_rules, rules_key
 from lib.platform.alerts.sweep import evaluate_instant_alert_rules_for_all_tenants
+from lib.platform.alerts.webhooks import sign_webhook, webhook_signing_key
 from tests.support.catalogs import add_tenant, set_catalog
 from tests.support.env import allow_egress
 from tests.support.feeds import FeedServer, rss
@@ -152,6 +152,7 @@ async def test_sweep_peeks_counts_and_isolates(
         "skippedNoProfile": 1,  # rules but no newsroom profile: not a failure every tick
         "failed": 0,
         "skippedDeadline": 0,
+        "webhookRetriesWoken": 0,
     }
     assert feed_server.total_fetches() == fetches  # the sweep never builds
     assert "sweep evaluation failed" not in capsys.readouterr().err

@@ -15,10 +15,10 @@ from lib.bundle import bundle_relative_path
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
 from lib.queues.client import queue_client
-from lib.queues.consumer import MAX_RETRY_DELAY_SECONDS, ConsumerOptions, create_rss_consumer, retry_delay_seconds
+from lib.queues.consumer import MAX_RETRY_DELAY_SECONDS, ConsumerOptions, create_queue_consumer, retry_delay_seconds
 from lib.queues.consumer_names import vercel_consumer_name
 from lib.queues.dead_letters import dead_letter_summary
-from lib.queues.publish import RssMessageMetadata, publish_rss_message
+from lib.queues.publish import MessageMetadata, publish_message
 from lib.queues.signing import sign_message
 from lib.queues.topics import dlq_topic, wire_topic
 from tests.support.queue import EmbeddedQueue, embedded_queue, rss_message
@@ -33,7 +33,7 @@ failures_left = {"count": 0}
 slow = {"seconds": 0.0}
 
 
-async def flaky(message: dict, metadata: RssMessageMetadata) -> None:
+async def flaky(message: dict, metadata: MessageMetadata) -> None:
     calls.append((message["batchId"], metadata.delivery_count))
     await asyncio.sleep(slow["seconds"])
     if failures_left["count"] > 0:
@@ -42,7 +42,7 @@ async def flaky(message: dict, metadata: RssMessageMetadata) -> None:
 
 
 def consumer_app(max_attempts: int = 5) -> ASGIApp:
-    receive = create_rss_consumer(TOPIC, flaky, ConsumerOptions(max_attempts=max_attempts), module_file=__file__)
+    receive = create_queue_consumer(TOPIC, flaky, ConsumerOptions(max_attempts=max_attempts), module_file=__file__)
     return function_app(route(PATH, POST=guarded(QUEUE_MESSAGE_HMAC, receive)))
 
 
@@ -62,7 +62,7 @@ def error_lines(err: str) -> list[dict]:
 
 async def test_a_signed_message_runs_once_and_is_acknowledged(queue: EmbeddedQueue) -> None:
     app = consumer_app()
-    assert await publish_rss_message(TOPIC, rss_message("b1")) == "queued"
+    assert await publish_message(TOPIC, rss_message("b1")) == "queued"
     [response] = await queue.push(WIRE, app, PATH, CONSUMER)
     assert response.status_code == 200
     assert calls == [("b1", 1)]
@@ -95,7 +95,7 @@ async def test_duplicates_delivered_at_the_same_moment_run_once(queue: EmbeddedQ
 async def test_consumers_keep_working_when_redis_is_down(queue: EmbeddedQueue, set_env) -> None:
     set_env(REDIS_URL="redis://127.0.0.1:9/0")
     app = consumer_app()
-    await publish_rss_message(TOPIC, rss_message("no-redis"))
+    await publish_message(TOPIC, rss_message("no-redis"))
     [response] = await queue.push(WIRE, app, PATH, CONSUMER)
     record("faults", "Redis down during a queue delivery", injected=1, recovered=int(calls == [("no-redis", 1)]))
     assert response.status_code == 200 and calls == [("no-redis", 1)]
@@ -120,7 +120,7 @@ async def test_a_delivery_after_success_does_no_work(queue: EmbeddedQueue) -> No
 async def test_a_failed_run_is_retried_with_backoff_and_runs_again(queue: EmbeddedQueue) -> None:
     app = consumer_app()
     failures_left["count"] = 1
-    await publish_rss_message(TOPIC, rss_message("b3"))
+    await publish_message(TOPIC, rss_message("b3"))
     await queue.push(WIRE, app, PATH, CONSUMER)
     assert await queue.push(WIRE, app, PATH, CONSUMER) == []  # not visible before the backoff
     queue.advance(retry_delay_seconds(1))
@@ -134,7 +134,7 @@ async def test_a_handler_that_always_fails_ends_on_the_dlq_once(
 ) -> None:
     app = consumer_app(max_attempts=3)
     failures_left["count"] = 99
-    await publish_rss_message(TOPIC, rss_message("b4"))
+    await publish_message(TOPIC, rss_message("b4"))
     for delivery in range(1, 4):
         [response] = await queue.push(WIRE, app, PATH, CONSUMER)
         assert response.status_code == 200

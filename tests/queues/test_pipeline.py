@@ -15,7 +15,7 @@ from lib.platform.flags import set_feature_flag
 from lib.queues import publish as publish_module
 from lib.queues.client import QueueNotProvisioned, get_queue_region, is_queues_provisioned, uses_queue_service
 from lib.queues.consumer import retry_delay_seconds
-from lib.queues.publish import idempotency_key, publish_rss_aggregation_refresh, publish_rss_message
+from lib.queues.publish import idempotency_key, publish_message, publish_rss_aggregation_refresh
 from lib.queues.signing import verify_message
 from tests.support.catalogs import set_catalog
 from tests.support.feeds import FeedServer, rss
@@ -64,7 +64,7 @@ def test_on_vercel_the_token_of_the_request_provisions_the_queue(set_env) -> Non
 async def test_on_vercel_without_any_token_publishing_raises(db, set_env) -> None:
     set_env(**{**NO_QUEUE_TOKEN, "VERCEL": "1", "ERMIS_QUEUE_SIGNING_SECRET": "s"})
     with pytest.raises(QueueNotProvisioned, match="x-vercel-oidc-token"):
-        await publish_rss_message("rss.cluster", rss_message("c-0"))
+        await publish_message("rss.cluster", rss_message("c-0"))
 
 
 def test_idempotency_key_has_the_spec_form() -> None:
@@ -113,7 +113,7 @@ async def test_a_message_in_flight_when_the_flag_goes_off_is_acked_without_a_bui
 async def test_a_reserved_stage_fails_loudly_and_ends_on_its_dlq(
     db, queue: EmbeddedQueue, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    await publish_rss_message("rss.enrich", {**rss_message("e-1"), "sourceId": "s", "feedUrl": "https://f"})
+    await publish_message("rss.enrich", {**rss_message("e-1"), "sourceId": "s", "feedUrl": "https://f"})
     for delivery in range(1, 6):
         await queue.push("rss-enrich", ENRICH, "/api/queues/rss/enrich", ENRICH_CONSUMER)
         queue.advance(retry_delay_seconds(delivery))
@@ -130,7 +130,7 @@ async def test_the_queue_view_shows_dead_letters_and_the_other_backlogs(db, queu
     from tests.support.auth import session_headers
     from tests.support.functions import client_for
 
-    await publish_rss_message("rss.enrich", rss_message("e-2"))
+    await publish_message("rss.enrich", rss_message("e-2"))
     for delivery in range(1, 6):
         await queue.push("rss-enrich", ENRICH, "/api/queues/rss/enrich", ENRICH_CONSUMER)
         queue.advance(retry_delay_seconds(delivery))
@@ -161,10 +161,10 @@ async def test_unprovisioned_publishing_dispatches_in_process_or_drops(
         seen.append((message, metadata.delivery_count))
 
     monkeypatch.setitem(publish_module._in_process_handlers, "rss.cluster", handler)
-    assert await publish_rss_message("rss.cluster", rss_message("c-1")) == "dispatched"
+    assert await publish_message("rss.cluster", rss_message("c-1")) == "dispatched"
     assert seen[0][0]["batchId"] == "c-1" and verify_message(seen[0][0]) and seen[0][1] == 1
     monkeypatch.delitem(publish_module._in_process_handlers, "rss.cluster")
-    assert await publish_rss_message("rss.cluster", rss_message("c-2")) == "dropped"
+    assert await publish_message("rss.cluster", rss_message("c-2")) == "dropped"
     assert (
         "[queues:rss.cluster] no queue provisioned and no in-process handler; message dropped"
         in capsys.readouterr().err
@@ -225,5 +225,5 @@ async def test_a_message_outside_its_topics_contract_is_never_published(
     db, queue: EmbeddedQueue, message: dict, problem: str
 ) -> None:
     with pytest.raises(InvalidMessage, match=problem):
-        await publish_rss_message("rss.ingest", message)
+        await publish_message("rss.ingest", message)
     assert queue.messages("rss-ingest") == []

@@ -15,9 +15,9 @@ from lib.bundle import bundle_relative_path
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
 from lib.queues.client import queue_client
-from lib.queues.consumer import ConsumerOptions, create_rss_consumer, retry_delay_seconds
+from lib.queues.consumer import ConsumerOptions, create_queue_consumer, retry_delay_seconds
 from lib.queues.consumer_names import vercel_consumer_name
-from lib.queues.publish import RssMessageMetadata, publish_rss_message
+from lib.queues.publish import MessageMetadata, publish_message
 from lib.queues.signing import sign_message
 from lib.queues.telemetry import SHARDS, read_topic_telemetry, record_delivery
 from lib.queues.topics import wire_topic
@@ -31,7 +31,7 @@ CONSUMER = vercel_consumer_name(bundle_relative_path(__file__))
 failing_batches: set[str] = set()
 
 
-async def handler(message: dict, _metadata: RssMessageMetadata) -> None:
+async def handler(message: dict, _metadata: MessageMetadata) -> None:
     if message["batchId"] in failing_batches:
         raise RuntimeError(f"synthesis failed for {message['batchId']}")
 
@@ -45,12 +45,12 @@ def queue(set_env, db) -> Iterator[EmbeddedQueue]:
 
 
 async def test_every_outcome_is_counted_per_topic(queue: EmbeddedQueue, db, mint_token: Callable[..., str]) -> None:
-    receive = create_rss_consumer(TOPIC, handler, ConsumerOptions(max_attempts=2), module_file=__file__)
+    receive = create_queue_consumer(TOPIC, handler, ConsumerOptions(max_attempts=2), module_file=__file__)
     app = function_app(route("/consume", POST=guarded(QUEUE_MESSAGE_HMAC, receive)))
     failing_batches.add("bad")
     queue.server.state.now = datetime.now(UTC) - timedelta(seconds=3)  # messages sent 3 s ago
     for batch in ("ok-1", "ok-2", "bad"):
-        await publish_rss_message(TOPIC, rss_message(batch))
+        await publish_message(TOPIC, rss_message(batch))
     await queue_client().send(WIRE, {**sign_message(rss_message("forged")), "batchId": "tampered"})
     await queue.push(WIRE, app, "/consume", CONSUMER)  # ok-1, ok-2 succeed; bad fails; the forgery is rejected
     queue.advance(retry_delay_seconds(1))
@@ -90,9 +90,9 @@ async def test_concurrent_deliveries_spread_over_shards_and_sum_exactly(db) -> N
 async def test_a_telemetry_write_that_fails_never_fails_the_delivery(queue: EmbeddedQueue, db) -> None:
     await db.execute("ALTER TABLE queue_topic_telemetry RENAME TO queue_topic_telemetry_moved")
     try:
-        receive = create_rss_consumer(TOPIC, handler, module_file=__file__)
+        receive = create_queue_consumer(TOPIC, handler, module_file=__file__)
         app = function_app(route("/consume", POST=guarded(QUEUE_MESSAGE_HMAC, receive)))
-        assert await publish_rss_message(TOPIC, rss_message("still-works")) == "queued"
+        assert await publish_message(TOPIC, rss_message("still-works")) == "queued"
         [response] = await queue.push(WIRE, app, "/consume", CONSUMER)
     finally:
         await db.execute("ALTER TABLE queue_topic_telemetry_moved RENAME TO queue_topic_telemetry")

@@ -43,6 +43,7 @@ GATES: dict[tuple[str, str], str] = {
     **{(f"/api/admin/{name}", "GET"): "surface:queues" for name in ("queues", "crons", "audit", "dead-letters")},
     ("/api/admin/dead-letters", "POST"): "surface:queues",
     **{(f"/api/queues/rss/{stage}", "POST"): "message-hmac" for stage in ("ingest", "enrich", "cluster", "synthesize")},
+    ("/api/queues/webhooks/deliver", "POST"): "message-hmac",
     **{(path, "GET"): "session" for path in
        ("/api/notifications/events", "/api/feed/events", "/api/notifications", "/api/feature-flags", "/api/feed")},
     ("/api/stories/story-1/events", "GET"): "capability:canEditStories",

@@ -12,3 +12,14 @@ SURFACE_ROLES: dict[str, set[str]] = {
     "queues": {"super_admin", "ops"},
     "flags": {"super_admin"},
 }
+
+# CONTRACTS §7's cleanup answer, with the fields added since (each named in lib.jobs.state_cleanup).
+CLEANUP_RESPONSE_FIELDS = {
+    "deleted",
+    "deletedHashRecords",
+    "deletedBatchClaims",
+    "deletedCronRuns",
+    "deletedStreamChanges",
+    "deletedWebhookDeliveries",
+    "processedAt",
+}

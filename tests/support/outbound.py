@@ -69,13 +69,25 @@ def connected_to_port(recording: list[Any], port: int) -> bool:
 
 
 class Counting:
-    """A server that counts the requests reaching it and answers ``status`` (``redirect_to``:
-    a 302 there; ``delay_s``: after that long)."""
+    """A server that counts the requests reaching it and answers ``status`` (``statuses``: one
+    per request in turn, the last repeating; ``down_until``: a 503 to all until then; ``headers``:
+    sent with every answer;
+    ``redirect_to``: a 302 there; ``delay_s``: after that long)."""
 
-    def __init__(self, status: int = 200, redirect_to: str | None = None, delay_s: float = 0.0) -> None:
-        self.status, self.redirect_to, self.delay_s = status, redirect_to, delay_s
+    def __init__(
+        self,
+        status: int = 200,
+        redirect_to: str | None = None,
+        delay_s: float = 0.0,
+        statuses: list[int] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.statuses = statuses or [status]
+        self.down_until = 0.0  # monotonic: until then, every answer is a 503 (an outage)
+        self.redirect_to, self.delay_s, self.headers = redirect_to, delay_s, headers or {}
         self.requests: list[dict[str, str]] = []
         self.times: list[float] = []  # monotonic, one per request
+        self.answered: list[int] = []  # the status each request was answered
         self.lock = threading.Lock()
 
     async def answer(self, request: Request) -> Response:
@@ -83,11 +95,15 @@ class Counting:
         with self.lock:
             self.requests.append(dict(request.headers))
             self.times.append(time.monotonic())
+            status = self.statuses[min(len(self.requests), len(self.statuses)) - 1]
+            if time.monotonic() < self.down_until:
+                status = 503
+            self.answered.append(status)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.redirect_to is not None:
             return Response(status_code=302, headers={"Location": self.redirect_to})
-        return Response("<rss version='2.0'><channel><title>c</title></channel></rss>", self.status)
+        return Response("<rss version='2.0'><channel><title>c</title></channel></rss>", status, headers=self.headers)
 
     @property
     def count(self) -> int:

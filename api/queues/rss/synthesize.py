@@ -3,11 +3,11 @@
 from lib.auth.gates import QUEUE_MESSAGE_HMAC
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
-from lib.queues.consumer import create_rss_consumer
+from lib.queues.consumer import create_queue_consumer
 from lib.queues.reserved import not_implemented
 from lib.queues.topics import RSS_QUEUE_TOPICS
 
-receive = create_rss_consumer(
+receive = create_queue_consumer(
     RSS_QUEUE_TOPICS["synthesize"], not_implemented(RSS_QUEUE_TOPICS["synthesize"]), module_file=__file__
 )
 app = function_app(route("/api/queues/rss/synthesize", POST=guarded(QUEUE_MESSAGE_HMAC, receive)))

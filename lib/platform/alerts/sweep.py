@@ -6,7 +6,9 @@ builds. A tenant with rules but no newsroom profile (so no catalog) is counted i
 ``skippedNoProfile`` (an added field), not as a failure every tick. One tenant's failure is
 counted and written to stderr, and the others go on. Given the
 tick's ``deadline``, no tenant starts after it, and those still running then are cut off: the
-tenants not evaluated are counted in ``skippedDeadline`` (an added field).
+tenants not evaluated are counted in ``skippedDeadline`` (an added field). Then, time allowing,
+the webhook backstop wakes the deliveries whose wake-up was lost (``webhookRetriesWoken``, an
+added field; ``lib.platform.alerts.webhooks``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from lib.lazy_imports import lazy_import
 from lib.platform.aggregation.sources import UnknownScope
 from lib.platform.aggregation.stories import peek_tenant_scoped_aggregated_stories
 from lib.platform.alerts.evaluation import evaluate_alert_rules
+from lib.platform.alerts.webhooks import wake_overdue_deliveries
 
 alert_rules = lazy_import("lib.platform.alerts.rules")
 
@@ -66,4 +69,6 @@ async def evaluate_instant_alert_rules_for_all_tenants(deadline: Deadline | None
     summary["skippedDeadline"] = len(tenants) - settled
     if summary["skippedDeadline"]:
         sys.stderr.write(f"[alerts] tick deadline reached; {summary['skippedDeadline']} tenant(s) not evaluated\n")
+    if deadline is None or not deadline.passed():
+        summary["webhookRetriesWoken"] = await wake_overdue_deliveries()
     return summary

@@ -2,7 +2,7 @@
 EventBridge Scheduler.
 
 - ``http``: an ``api/`` file's ``app`` behind Mangum (API Gateway HTTP API v2 events).
-- ``sqs``: an SQS event (a batch of records) run through the topic's ``RssConsumer`` — the same
+- ``sqs``: an SQS event (a batch of records) run through the topic's ``QueueConsumer`` — the same
   verify, claim, handler, telemetry and dead-letter record as on Vercel — answering
   ``batchItemFailures`` and setting each retry's backoff with ``ChangeMessageVisibility``.
 - ``scheduler``: an EventBridge Scheduler invocation running a cron job's scheduled GET.

@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from lib.bundle import PROJECT_ROOT
-from lib.queues.consumer import RssConsumer, registered_consumers
+from lib.queues.consumer import QueueConsumer, registered_consumers
 from lib.queues.topics import wire_topic
 from lib.runtime.aws.http import lambda_handler_for
 from lib.runtime.aws.scheduler import run_scheduled_cron
@@ -58,7 +58,7 @@ def _run(coroutine: Coroutine[Any, Any, T]) -> T:
     return _process_loop().run_until_complete(coroutine)
 
 
-def _consumer() -> RssConsumer:
+def _consumer() -> QueueConsumer:
     wire = os.environ.get(QUEUE_TOPIC_VARIABLE, "")
     for consumer in registered_consumers():
         if wire_topic(consumer.topic) == wire:

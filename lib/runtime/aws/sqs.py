@@ -1,10 +1,10 @@
 """An SQS consumer Lambda: one event (a batch of up to 10 records of one topic's queue) through
-the topic's ``RssConsumer``.
+the topic's ``QueueConsumer``.
 
 The model on SQS. A received message is invisible for the queue's visibility timeout (300 s,
 the consumer's lease); Lambda deletes the records the function reports as done and leaves the
 others, which come back when their visibility ends. So, per record, from
-``RssConsumer.deliver``'s result:
+``QueueConsumer.deliver``'s result:
 
 - done (ran, already ran, or rejected as forged/expired) → not reported: Lambda deletes it;
 - retry → ``ChangeMessageVisibility`` to ``min(300, 2 ** receiveCount)`` s (the spec's backoff)
@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lib.observability import log_server_error
-from lib.queues.consumer import Delivery, DeliveryResult, RssConsumer
+from lib.queues.consumer import Delivery, DeliveryResult, QueueConsumer
 from lib.queues.transport import sqs_client, sqs_queue_url
 
 
@@ -54,7 +54,7 @@ async def _set_visibility(topic: str, receipt_handle: str, seconds: int) -> None
     )
 
 
-async def _handle_record(consumer: RssConsumer, record: dict[str, Any]) -> bool:
+async def _handle_record(consumer: QueueConsumer, record: dict[str, Any]) -> bool:
     """True when the record is done (Lambda may delete it)."""
     result: DeliveryResult = await consumer.deliver(delivery_from_record(record))
     if result.retry_after_seconds is not None:
@@ -66,7 +66,7 @@ async def _handle_record(consumer: RssConsumer, record: dict[str, Any]) -> bool:
     return True
 
 
-async def handle_sqs_event(consumer: RssConsumer, event: dict[str, Any]) -> dict[str, Any]:
+async def handle_sqs_event(consumer: QueueConsumer, event: dict[str, Any]) -> dict[str, Any]:
     """The Lambda answer for an SQS event: ``{"batchItemFailures": [{"itemIdentifier": id}]}``."""
     failures = []
     for record in event.get("Records") or []:

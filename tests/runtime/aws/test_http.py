@@ -6,6 +6,7 @@ import json
 
 from lib.runtime.aws.http import lambda_handler_for
 from tests.support.auth import TEST_CRON_SECRET
+from tests.support.contract import CLEANUP_RESPONSE_FIELDS
 from tests.support.functions import load_api_app
 
 
@@ -36,14 +37,7 @@ def test_cron_route_answers_through_mangum(db) -> None:
     path = "/api/admin/state/cleanup"
     ok = handler(http_api_v2_event(path, "GET", {"authorization": f"Bearer {TEST_CRON_SECRET}"}), None)
     assert ok["statusCode"] == 200
-    assert set(json.loads(ok["body"])) == {
-        "deleted",
-        "deletedHashRecords",
-        "deletedBatchClaims",
-        "deletedCronRuns",
-        "deletedStreamChanges",
-        "processedAt",
-    }
+    assert set(json.loads(ok["body"])) == CLEANUP_RESPONSE_FIELDS
     refused = handler(http_api_v2_event(path, "GET", {}), None)
     assert refused["statusCode"] == 401
     assert json.loads(refused["body"])["error"]["code"] == "unauthorized"

@@ -16,9 +16,9 @@ import pytest
 from lib.db.state_store import get_state
 from lib.ops.aws_template import build_template
 from lib.queues.client import QueueNotProvisioned
-from lib.queues.consumer import ConsumerOptions, create_rss_consumer, registered_consumers
+from lib.queues.consumer import ConsumerOptions, create_queue_consumer, registered_consumers
 from lib.queues.handlers import LAST_INGEST_RUN_KEY
-from lib.queues.publish import RssMessageMetadata, publish_rss_message
+from lib.queues.publish import MessageMetadata, publish_message
 from lib.queues.signing import sign_message
 from lib.queues.telemetry import read_topic_telemetry
 from lib.runtime.aws.sqs import handle_sqs_event
@@ -75,7 +75,7 @@ async def test_a_refresh_tick_publishes_to_sqs_and_the_consumer_lambda_runs_it(a
 
 async def test_five_failures_end_in_the_dlq_queue_and_in_postgres(aws: MotoAws, db, set_env) -> None:
     """rss.enrich is a reserved stage: its consumer fails every delivery."""
-    await publish_rss_message("rss.enrich", rss_message("doomed"))
+    await publish_message("rss.enrich", rss_message("doomed"))
     sqs, url, arn = aws.client("sqs"), queue_url("rss-enrich"), queue_arn(aws, "rss-enrich")
     for attempt in range(1, 6):
         [message] = receive(sqs, url)
@@ -113,7 +113,7 @@ calls: list[str] = []
 slow = {"seconds": 0.0}
 
 
-async def slow_or_failing(message: dict, _metadata: RssMessageMetadata) -> None:
+async def slow_or_failing(message: dict, _metadata: MessageMetadata) -> None:
     calls.append(message["batchId"])
     await asyncio.sleep(slow["seconds"])
     if message["batchId"].startswith("bad"):
@@ -124,7 +124,7 @@ async def slow_or_failing(message: dict, _metadata: RssMessageMetadata) -> None:
 def cluster_consumer(aws: MotoAws):
     calls.clear()
     slow["seconds"] = 0.0
-    create_rss_consumer("rss.cluster", slow_or_failing, ConsumerOptions(), module_file=__file__)
+    create_queue_consumer("rss.cluster", slow_or_failing, ConsumerOptions(), module_file=__file__)
     return next(consumer for consumer in registered_consumers() if consumer.handler is slow_or_failing)
 
 
@@ -132,7 +132,7 @@ async def test_the_same_message_delivered_twice_during_a_slow_run_does_the_work_
     aws: MotoAws, cluster_consumer
 ) -> None:
     sqs, url, arn = aws.client("sqs"), queue_url("rss-cluster"), queue_arn(aws, "rss-cluster")
-    await publish_rss_message("rss.cluster", rss_message("slow-batch"))
+    await publish_message("rss.cluster", rss_message("slow-batch"))
     # The first receive's visibility lapses while its run is still going: SQS delivers it again.
     [first] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0, AttributeNames=["All"])["Messages"]
     [second] = receive(sqs, url)
@@ -154,7 +154,7 @@ async def test_the_same_message_delivered_twice_during_a_slow_run_does_the_work_
 async def test_a_partial_batch_failure_retries_only_the_failed_record(aws: MotoAws, cluster_consumer) -> None:
     sqs, url, arn = aws.client("sqs"), queue_url("rss-cluster"), queue_arn(aws, "rss-cluster")
     for batch in ("good-1", "bad-1", "good-2"):
-        await publish_rss_message("rss.cluster", rss_message(batch))
+        await publish_message("rss.cluster", rss_message(batch))
     messages = receive(sqs, url)
     assert len(messages) == 3
     answer = await handle_sqs_event(cluster_consumer, sqs_event(messages, arn))
@@ -167,11 +167,11 @@ async def test_sqs_without_a_queue_url_fails_loud_and_acknowledges_nothing(
     aws: MotoAws, cluster_consumer, set_env
 ) -> None:
     sqs, url, arn = aws.client("sqs"), queue_url("rss-cluster"), queue_arn(aws, "rss-cluster")
-    await publish_rss_message("rss.cluster", rss_message("bad-2"))
+    await publish_message("rss.cluster", rss_message("bad-2"))
     messages = receive(sqs, url)
     set_env(ERMIS_SQS_QUEUE_URL_RSS_CLUSTER=None, ERMIS_SQS_QUEUE_URL_RSS_INGEST=None)
     with pytest.raises(QueueNotProvisioned, match="ERMIS_SQS_QUEUE_URL_RSS_INGEST"):
-        await publish_rss_message("rss.ingest", rss_message("b"))
+        await publish_message("rss.ingest", rss_message("b"))
     # The handler fails and its backoff cannot be set (no queue URL): reported, never acknowledged.
     answer = await handle_sqs_event(cluster_consumer, sqs_event(messages, arn))
     assert answer == {"batchItemFailures": [{"itemIdentifier": messages[0]["MessageId"]}]}
