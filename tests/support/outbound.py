@@ -158,6 +158,8 @@ class Trickler:
                     break
         except (ConnectionError, OSError):
             pass
+        except asyncio.CancelledError:  # the server is stopping: end the trickle quietly
+            pass
         self.closed = time.monotonic()
         writer.close()
 
@@ -179,5 +181,14 @@ class Trickler:
         try:
             yield f"http://127.0.0.1:{ready[0]}"
         finally:
-            loop.call_soon_threadsafe(loop.stop)
+            asyncio.run_coroutine_threadsafe(_cancel_all_then_stop(loop), loop)
             thread.join(timeout=5)
+
+
+async def _cancel_all_then_stop(loop: asyncio.AbstractEventLoop) -> None:
+    """End a server loop's connections (a trickle still under way) before stopping it."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    loop.stop()
