@@ -290,7 +290,10 @@ def redact_url(url: str | None) -> str:
         port = parts.port
     except ValueError:
         return "(invalid URL)"
-    host = parts.hostname or ""
+    try:
+        host = (parts.hostname or "").encode("idna").decode("ascii")  # an IDN host as the DNS sees it
+    except UnicodeError:
+        return "(invalid URL)"
     if not re.fullmatch(r"[A-Za-z0-9._:-]{1,253}", host) or not re.fullmatch(r"[a-z][a-z0-9+.-]{0,15}", parts.scheme):
         return "(invalid URL)"
     shown_host = f"[{host}]" if ":" in host else host

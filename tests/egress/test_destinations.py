@@ -169,3 +169,4 @@ def test_a_shown_url_is_scheme_host_and_port_only(
 def test_a_url_that_does_not_parse_is_shown_as_such() -> None:
     assert redact_url("http://[x") == "(invalid URL)" and redact_url("http://a\u0001b/") == "(invalid URL)"
     assert redact_url(None) == "" and redact_url("https://h/…") == "https://h/…"
+    assert redact_url("https://bücher.example/hook?k=1") == "https://xn--bcher-kva.example/…"

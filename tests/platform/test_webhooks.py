@@ -29,6 +29,7 @@ from tests.support.env import allow_egress
 from tests.support.functions import client_for, load_api_app
 from tests.support.outbound import Counting
 from tests.support.queue import EmbeddedQueue, embedded_queue
+from tests.support.reliability import record
 from tests.support.servers import serve_in_thread
 from tests.support.waiting import eventually
 
@@ -167,6 +168,7 @@ async def test_an_endpoint_that_keeps_failing_is_paused_and_costs_nothing(db, se
     assert all(row[1].total_seconds() > 500 for row in rows[:2])  # waiting for the circuit, not retried now
 
 
+@pytest.mark.reliability
 async def test_concurrent_wakeups_make_one_attempt(db, set_env, receiver: Counting) -> None:
     set_env(ERMIS_WEBHOOK_RETRY_SCHEDULE_S="0.2")
     receiver.statuses = [500, 200]
@@ -174,6 +176,9 @@ async def test_concurrent_wakeups_make_one_attempt(db, set_env, receiver: Counti
     [delivery_id] = [row[0] for row in await (await db.execute("SELECT id FROM webhook_deliveries")).fetchall()]
     await asyncio.sleep(0.3)
     await asyncio.gather(*(run_attempt(delivery_id) for _ in range(10)))
+    record(
+        "duplicates", "10 webhook wake-ups of one due attempt at once", sent=10, **{"extra runs": receiver.count - 2}
+    )
     assert receiver.count == 2
     assert await delivery(db) == ("delivered", 2)
 
@@ -208,6 +213,7 @@ async def test_a_receiver_down_for_a_while_gets_every_alert(
     assert receiver.answered.count(503) < 5 + 8  # the circuit held attempts back during the outage
 
 
+@pytest.mark.reliability
 async def test_a_retry_survives_the_sigkill_of_the_process_that_scheduled_it(
     db, set_env, receiver: Counting, database_url: str, redis_url: str
 ) -> None:
@@ -262,9 +268,15 @@ async def test_a_retry_survives_the_sigkill_of_the_process_that_scheduled_it(
         finally:
             stop.set()
             await pushing
-    assert [row[0] for row in await (await db.execute("SELECT status FROM webhook_deliveries")).fetchall()] == [
-        "delivered"
-    ]
+    statuses = [row[0] for row in await (await db.execute("SELECT status FROM webhook_deliveries")).fetchall()]
+    record(
+        "kills",
+        "webhook retry, the process that scheduled it",
+        entries=1,
+        lost=int(statuses != ["delivered"]),
+        doubled=max(0, receiver.answered.count(200) - 1),
+    )
+    assert statuses == ["delivered"]
     assert len({headers["x-ermis-delivery-id"] for headers in receiver.requests}) == 1
     assert (await (await db.execute("SELECT count(*) FROM alert_history")).fetchone())[0] == 1
 
