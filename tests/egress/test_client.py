@@ -1,12 +1,20 @@
-"""lib.egress.client against real servers on loopback: the URL's Host travels unchanged to the
-pinned address, allow-list entries open exactly what they name, environment proxies are not
-used, and a failure is described without the address a name resolved to."""
+"""lib.egress.client against real servers on loopback: the URL's Host and TLS server name travel
+unchanged to the pinned address, allow-list entries open exactly what they name, environment
+proxies are not used, and a failure is described without the address a name resolved to."""
 
 from __future__ import annotations
 
-import pytest
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from lib.egress.client import GuardedSession, failure_detail, resolving_with
+import httpx
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from lib.egress.client import GuardedSession, _ssl_context, failure_detail, resolving_with
 from lib.egress.destinations import DestinationRefused
 from lib.local.services import free_port
 from tests.support.outbound import Counting, TestResolver
@@ -66,3 +74,46 @@ async def test_a_redirect_to_a_refused_hop_is_refused_before_it_is_sent(set_env)
                 await get(f"{mover_url}/feed", follow_redirects=True)
             assert await get(f"{mover_url}/feed") == 302  # not following: the 3xx is the answer
     assert (mover.count, canary.count) == (2, 0)
+
+
+def certificate_for(name: str, directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for ``name`` (and its key), as files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "cert.pem", directory / "key.pem"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_file, key_file
+
+
+async def test_tls_is_verified_for_the_urls_name_although_the_connection_is_pinned(set_env, tmp_path: Path) -> None:
+    """The connection goes to the checked address, and TLS still names the URL's host: the
+    certificate, valid for ``receiver.internal`` only, verifies (connecting by the address
+    would not), and the same server reached under another name is refused by TLS."""
+    cert_file, key_file = certificate_for("receiver.internal", tmp_path)
+    _ssl_context().load_verify_locations(cafile=str(cert_file))  # trust this test's certificate too
+    receiver = Counting()
+    with serve_in_thread(receiver.app, ssl_certfile=str(cert_file), ssl_keyfile=str(key_file)) as url:
+        port = url.rsplit(":", 1)[1]
+        set_env(ERMIS_EGRESS_ALLOW="receiver.internal,other.internal")
+        names = {"receiver.internal": [["127.0.0.1"]], "other.internal": [["127.0.0.1"]]}
+        with resolving_with(TestResolver(names)):
+            assert await get(f"https://receiver.internal:{port}/hook") == 200
+            with pytest.raises(httpx.ConnectError, match=r"CERTIFICATE_VERIFY_FAILED|Hostname mismatch"):
+                await get(f"https://other.internal:{port}/hook")
+    assert receiver.count == 1 and receiver.requests[0]["host"] == f"receiver.internal:{port}"

@@ -21,13 +21,13 @@ from lib.streams.listener import stop_change_listener
 
 @contextmanager
 def serve_in_thread(
-    app: ASGIApp, tune_collector: bool = False, host: str = "127.0.0.1", port: int | None = None
+    app: ASGIApp, tune_collector: bool = False, host: str = "127.0.0.1", port: int | None = None, **tls: str
 ) -> Iterator[str]:
     """Serve ``app`` on ``host`` (loopback) at ``port`` or a free one; yields its base URL, stops
-    on exit. The collector tuning of ``Server`` is off unless asked: a test process starts
-    hundreds of servers."""
+    on exit. ``tls``: uvicorn's ``ssl_certfile`` and ``ssl_keyfile`` (then the URL is https). The
+    collector tuning of ``Server`` is off unless asked: a test process starts hundreds of servers."""
     port = port or free_port(host)
-    config = server_config(app, host, port, log_level="error", lifespan="off", timeout_graceful_shutdown=1)
+    config = server_config(app, host, port, log_level="error", lifespan="off", timeout_graceful_shutdown=1, **tls)
     server = Server(config, tune_collector=tune_collector)
 
     async def serve_then_release() -> None:
@@ -48,7 +48,7 @@ def serve_in_thread(
             raise RuntimeError("test server did not start")
         time.sleep(0.01)
     try:
-        yield f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        yield f"{'https' if tls else 'http'}://{f'[{host}]' if ':' in host else host}:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
