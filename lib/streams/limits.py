@@ -81,7 +81,10 @@ class StreamSlot:
             if _held[holder] <= 0:
                 del _held[holder]
         if self._renewal is not None:
-            self._renewal.cancel()
+            # The renewal task's frame holds this slot: let go of the task, or the two (and the
+            # cancelled task's traceback) wait for the collector instead of going now.
+            renewal, self._renewal = self._renewal, None
+            renewal.cancel()
         if self.leased_keys and (client := get_redis()) is not None:
             try:
                 await execute_pipeline(client, [("ZREM", key, self.lease_id) for key in self.leased_keys])

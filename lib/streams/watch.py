@@ -120,6 +120,11 @@ class ChangeWatch:
             finally:
                 if self._timer is not None:
                     self._timer.cancel()
+                # The read-ahead holds a bound method of this watch, and the stream's read a
+                # closure over it: cycles that only the collector frees, and with everything the
+                # stream held (its audience, cursor, slot) they piled up per ended connection
+                # until a full pass. Dropped here, the stream's objects go when it does.
+                self._read_ahead = self._start_read = self._woken = self._timer = None
 
     def _start_ahead(self) -> Started:
         assert self._start_read is not None  # set before any wait that names it

@@ -4,16 +4,21 @@ a tenant and spread across tenants."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from lib.clock import Deadline
+from lib.streams.sse import open_streams
 from lib.streams.watch import ChangeWatch, tick_phase
 from tests.support.catalogs import add_draft
+from tests.support.functions import load_api_app
 from tests.support.listener import SLOW_POLL, healthy_listener
+from tests.support.servers import serve_in_thread
+from tests.support.waiting import eventually
 
 
 async def test_a_failed_read_is_reported_skipped_and_read_again_on_the_next_change(
@@ -52,3 +57,41 @@ def test_ticks_are_shared_within_a_tenant_and_spread_across_tenants() -> None:
     phases = sorted(tick_phase((("alerts", f"org_{n}"),)) for n in range(100))
     assert phases[0] < 0.1 and phases[-1] > 0.9
     assert max(b - a for a, b in itertools.pairwise(phases)) < 0.2
+
+
+async def test_an_ended_streams_watch_leaves_nothing_for_the_collector(
+    db, redis, mint_token: Callable[..., str]
+) -> None:
+    """What a stream's watch held (the watch, the audience, the cursor, the timing) goes when the
+    stream ends, by reference counting: the watch held its own bound method and a closure over
+    itself, a cycle that waited for a full collection — which ``scripts/serve`` makes rare — so
+    memory grew with every ended connection."""
+    token = mint_token(sub="user_gc", org_id="org_gc", org_role="org:owner")
+    with serve_in_thread(load_api_app("api/notifications/events.py")) as url:
+        host, port = url.removeprefix("http://").split(":")
+
+        async def open_read_close() -> None:
+            reader, writer = await asyncio.open_connection(host, int(port))
+            head = f"GET /api/notifications/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+            writer.write(head.encode() + b"\r\n")
+            async with asyncio.timeout(10):
+                assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+                await reader.readuntil(b"\r\n\r\n")  # the first frame
+            writer.close()
+            await writer.wait_closed()
+
+        await open_read_close()  # the first stream loads what every stream shares
+        await eventually(lambda: asyncio.sleep(0, result=open_streams["notifications"] == 0))
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(20):
+                await open_read_close()
+            assert await eventually(lambda: asyncio.sleep(0, result=open_streams["notifications"] == 0))
+            await asyncio.sleep(0.2)
+            gc.collect()
+            ours = sorted({type(item).__qualname__ for item in gc.garbage if type(item).__module__.startswith("lib.")})
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    assert not {"ChangeWatch", "Audience", "Cursor", "StreamTiming"} & set(ours), ours
