@@ -31,7 +31,7 @@ import psycopg
 
 from benchmarks.services import benchmark_services
 from lib.db.pool import close_pools
-from lib.egress.client import GuardedSession, _ssl_context
+from lib.egress.client import GuardedSession, shared_ssl_context
 from lib.egress.destinations import checked_addresses, system_resolver
 from lib.platform.aggregation.sources import GLOBAL_SCOPE
 from lib.platform.aggregation.stories import list_aggregated_stories
@@ -109,7 +109,7 @@ async def post_many(client_kind: str, url: str) -> list[float]:
         else:
             # "plain": httpx with the guard's TLS context, so the guard is the only difference;
             # "default": httpx as the bundle used it before, a CA bundle loaded per client.
-            verify = _ssl_context() if client_kind == "plain" else True
+            verify = shared_ssl_context() if client_kind == "plain" else True
             client = httpx.AsyncClient(timeout=5, verify=verify, trust_env=False)
             async with client, client.stream("POST", url, content=b"{}") as response:
                 assert response.status_code == 200

@@ -85,17 +85,18 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
 
 @lru_cache(maxsize=1)
-def _ssl_context() -> ssl.SSLContext:
-    # Loading the CA bundle costs milliseconds; one context serves every client of the process.
+def shared_ssl_context() -> ssl.SSLContext:
+    """The TLS context of every guarded connection in the process (certifi's CA bundle): loading
+    the bundle costs milliseconds per client, so it is loaded once."""
     return httpx.create_ssl_context(trust_env=False)
 
 
 class GuardedTransport(httpx.AsyncHTTPTransport):
     def __init__(self) -> None:
-        super().__init__(verify=_ssl_context(), trust_env=False)
+        super().__init__(verify=shared_ssl_context(), trust_env=False)
         # httpx builds its pool without a way to pass a network backend; httpcore's pool takes
         # one (its documented extension point), so the pool is rebuilt with ours.
-        self._pool = httpcore.AsyncConnectionPool(ssl_context=_ssl_context(), network_backend=GuardedBackend())
+        self._pool = httpcore.AsyncConnectionPool(ssl_context=shared_ssl_context(), network_backend=GuardedBackend())
 
 
 class GuardedSession:

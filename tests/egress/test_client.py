@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from lib.egress.client import GuardedSession, _ssl_context, failure_detail, resolving_with
+from lib.egress.client import GuardedSession, failure_detail, resolving_with, shared_ssl_context
 from lib.egress.destinations import DestinationRefused
 from lib.local.services import free_port
 from tests.support.outbound import Counting, TestResolver
@@ -106,7 +106,7 @@ async def test_tls_is_verified_for_the_urls_name_although_the_connection_is_pinn
     certificate, valid for ``receiver.internal`` only, verifies (connecting by the address
     would not), and the same server reached under another name is refused by TLS."""
     cert_file, key_file = certificate_for("receiver.internal", tmp_path)
-    _ssl_context().load_verify_locations(cafile=str(cert_file))  # trust this test's certificate too
+    shared_ssl_context().load_verify_locations(cafile=str(cert_file))  # trust this test's certificate too
     receiver = Counting()
     with serve_in_thread(receiver.app, ssl_certfile=str(cert_file), ssl_keyfile=str(key_file)) as url:
         port = url.rsplit(":", 1)[1]

@@ -39,17 +39,18 @@ async def paused_until(digest: str) -> datetime | None:
     return row["open_until"] if row else None
 
 
-_FAILED = """
+# This failure opens the circuit: the threshold is reached and it is not open already (attempts
+# under way when it opened fail too, and must not reopen it for longer).
+_OPENS = "c.consecutive_failures + 1 >= %(threshold)s AND (c.open_until IS NULL OR c.open_until <= now())"
+_FAILED = f"""
 INSERT INTO webhook_circuits AS c (endpoint_digest, consecutive_failures) VALUES (%(digest)s, 1)
 ON CONFLICT (endpoint_digest) DO UPDATE SET
     consecutive_failures = c.consecutive_failures + 1,
-    opened = c.opened + (c.consecutive_failures + 1 >= %(threshold)s AND %(closed)s)::int,
-    open_until = CASE WHEN c.consecutive_failures + 1 >= %(threshold)s AND %(closed)s
+    opened = c.opened + ({_OPENS})::int,
+    open_until = CASE WHEN {_OPENS}
         THEN now() + make_interval(secs => least(%(max)s, %(base)s * 2 ^ c.opened)) ELSE c.open_until END,
     updated_at = now()
 """
-# Attempts already under way when the circuit opened fail too: they do not reopen it longer.
-_CLOSED = "(c.open_until IS NULL OR c.open_until <= now())"
 
 
 async def record(digest: str, *, succeeded: bool, counts: bool = True) -> None:
@@ -61,7 +62,7 @@ async def record(digest: str, *, succeeded: bool, counts: bool = True) -> None:
             await conn.execute("DELETE FROM webhook_circuits WHERE endpoint_digest = %s", (digest,))
         else:
             await conn.execute(
-                _FAILED.replace("%(closed)s", _CLOSED),
+                _FAILED,
                 {
                     "digest": digest,
                     "threshold": FAILURES_TO_OPEN,
