@@ -53,13 +53,14 @@ def benchmark_services() -> Iterator[tuple[str, str]]:
                 stop()
 
 
-def use_listen_url(listen_url: str | None) -> None:
-    """Where the bundle's stream listener connects from now on: ``None`` for ``DATABASE_URL``
-    (push), an unreachable URL for the polled design."""
-    if listen_url is None:
-        os.environ.pop("ERMIS_DATABASE_LISTEN_URL", None)
-    else:
-        os.environ["ERMIS_DATABASE_LISTEN_URL"] = listen_url
+UNREACHABLE_REDIS_URL = "redis://127.0.0.1:9/0"  # no change bus: the streams poll
+
+
+def use_change_bus(reachable: bool) -> None:
+    """Whether the bundle's streams reach the change bus from now on: the run's Redis (push),
+    or an unreachable one (the polled design; stream slots then hold per process only)."""
+    os.environ.setdefault("ERMIS_BENCH_REDIS_URL", os.environ["REDIS_URL"])
+    os.environ["REDIS_URL"] = os.environ["ERMIS_BENCH_REDIS_URL"] if reachable else UNREACHABLE_REDIS_URL
     get_settings.cache_clear()
 
 

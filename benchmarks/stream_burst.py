@@ -1,7 +1,8 @@
 """A burst through the notification stream: one statement inserts 10,000 alerts for a tenant
 with 100 notification streams open (20 users, 5 tabs each) on one uvicorn process; every
-stream must receive all 10,000, in pages (issue 20). Pushed (``LISTEN``/``NOTIFY``) and
-polled (``LISTEN`` unavailable, the default 5 s interval), side by side in one run.
+stream must receive all 10,000, in pages (issue 20). Pushed (the change detector positions the
+burst after its commit and tells the streams over Redis) and polled (the change bus unreachable,
+the default 5 s interval), side by side in one run.
 
 Per design: time from the insert's commit to the last alert frame at each stream (p50 and the
 slowest stream), and the database statements the server made for the burst — against the
@@ -25,7 +26,7 @@ from collections import Counter
 
 import psycopg
 
-from benchmarks.services import benchmark_services, counting_statements, use_listen_url
+from benchmarks.services import benchmark_services, counting_statements, use_change_bus
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.local.paths import PROJECT_ROOT
 from lib.local.server import VercelRouter
@@ -36,8 +37,7 @@ STREAMS = 100
 USERS = 20
 BURST = 10_000
 TENANT = "org_burst"
-UNREACHABLE_LISTEN_URL = "postgresql://nobody@127.0.0.1:9/none"
-DESIGNS = {"pushed (LISTEN/NOTIFY)": None, "polled (LISTEN unavailable)": UNREACHABLE_LISTEN_URL}
+DESIGNS = {"pushed (change bus)": True, "polled (change bus unreachable)": False}
 CLIENT = textwrap.dedent(
     """
     import asyncio, json, sys, time
@@ -74,8 +74,8 @@ CLIENT = textwrap.dedent(
 )
 
 
-def run_design(database_url: str, listen_url: str | None, private_pem: str, statements: Counter) -> dict:
-    use_listen_url(listen_url)
+def run_design(database_url: str, pushed: bool, private_pem: str, statements: Counter) -> dict:
+    use_change_bus(pushed)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("TRUNCATE alert_history")
     tokens = [
@@ -126,7 +126,9 @@ def main() -> None:
         private_pem, public_pem = ensure_dev_key_pair(PROJECT_ROOT / ".data" / "bench-keys")
         os.environ["CLERK_JWT_KEY"] = public_pem
         with counting_statements() as statements:
-            results = {name: run_design(database_url, url, private_pem, statements) for name, url in DESIGNS.items()}
+            results = {
+                name: run_design(database_url, pushed, private_pem, statements) for name, pushed in DESIGNS.items()
+            }
     print(f"{BURST} alerts in one statement to {STREAMS} notification streams of one tenant ({USERS} users)")
     for name, result in results.items():
         print(f"{name}: {json.dumps(result)}")

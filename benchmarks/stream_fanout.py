@@ -1,6 +1,6 @@
 """Realtime fan-out: 1,000 concurrent notification + feed streams over 10 tenants on one
-uvicorn process, with the **default** stream intervals, pushed (Postgres ``LISTEN``/``NOTIFY``,
-this bundle) and polled (``LISTEN`` unavailable: every read shared per audience and aligned to
+uvicorn process, with the **default** stream intervals, pushed (the change detector and the
+Redis change bus, this bundle) and polled (the bus unreachable: every read shared per audience and aligned to
 the clock, as before push), side by side in one run.
 
 The server (``VercelRouter`` over ``api/``) runs in this process on a thread; the clients run in
@@ -31,15 +31,18 @@ import textwrap
 import time
 import timeit
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psutil
 import psycopg
 
-from benchmarks.services import benchmark_services, counting_statements, use_listen_url
+from benchmarks.services import benchmark_services, counting_statements, use_change_bus
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.local.paths import PROJECT_ROOT
 from lib.local.server import VercelRouter
-from tests.support.servers import serve_in_thread
+from tests.support.fleet import serve_processes
+from tests.support.servers import free_port, serve_in_thread
 
 TENANTS = 10
 CONNECTIONS = 1000  # half notification streams, half feed streams
@@ -49,23 +52,22 @@ FIRST_SETTLE_S = 6  # the first batch's reads: what is loaded once (apps, pools)
 IDLE_S = 60  # one safety-net period of the pushed design
 ACTIVE_S = 60  # long enough for the server's rarer full collections to land in it
 STREAM_TABLES = "alert_history, notifications, review_status_events, delivery_logs, editorial_story_drafts"
-UNREACHABLE_LISTEN_URL = "postgresql://nobody@127.0.0.1:9/none"  # LISTEN unavailable: polling
 CONNECT_BATCH = 250  # streams opened at once by the client: a browser fleet connects over time
 CLIENT = textwrap.dedent(
     """
     import asyncio, gc, json, re, sys, time
     import resource
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
-    host, port, seconds, batch = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+    host, ports, seconds, batch = sys.argv[1], sys.argv[2].split(","), float(sys.argv[3]), int(sys.argv[4])
     streams = json.loads(sys.stdin.readline())
     latencies, ended = {}, 0
     LIVE_BENCH_ALERT = re.compile(rb'"title":"bench:([a-z]+):([0-9.]+)"[^\\n]*"initial":false')
 
-    async def stream(path, token, ready):
+    async def stream(path, token, ready, port):
         # A bare HTTP/1.1 reader, not httpx: the clients share the server's two cores, and
         # every cycle they spend parsing is one the server cannot spend sending.
         global ended
-        reader, writer = await asyncio.open_connection(host, port)
+        reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(
             f"GET {path} HTTP/1.1\\r\\nHost: {host}\\r\\nAuthorization: Bearer {token}\\r\\n\\r\\n".encode()
         )
@@ -81,7 +83,10 @@ CLIENT = textwrap.dedent(
         tasks = []
         for start in range(0, len(streams), batch):
             ready = [asyncio.get_running_loop().create_future() for _ in streams[start : start + batch]]
-            tasks += [asyncio.create_task(stream(p, t, r)) for (p, t), r in zip(streams[start : start + batch], ready)]
+            tasks += [
+                asyncio.create_task(stream(p, t, r, ports[(start + i) % len(ports)]))
+                for i, ((p, t), r) in enumerate(zip(streams[start : start + batch], ready))
+            ]
             await asyncio.wait_for(asyncio.gather(*ready), 120)
             if start == 0:  # the server measures its memory with one batch open, then the rest
                 print("FIRST", flush=True)
@@ -136,18 +141,36 @@ def tokens(private_pem: str, connections: int) -> list[tuple[str, str]]:
     return result
 
 
+@contextmanager
+def stream_servers(processes: int) -> Iterator[list[int]]:
+    """One server in this process on a thread (as ``scripts/serve``, collector tuned: its
+    statements and memory are measured here), or ``processes`` real ``scripts/serve`` processes."""
+    if processes == 1:
+        with serve_in_thread(VercelRouter(PROJECT_ROOT), tune_collector=True) as base_url:
+            yield [int(base_url.rsplit(":", 1)[1])]
+        return
+    ports = [free_port() for _ in range(processes)]
+    with serve_processes(ports, ERMIS_DB_POOL_MAX_SIZE="4"):
+        yield ports
+
+
 def run_design(
-    database_url: str, listen_url: str | None, private_pem: str, statements: Counter, connections: int, active: bool
+    database_url: str,
+    pushed: bool,
+    private_pem: str,
+    statements: Counter,
+    connections: int,
+    active: bool,
+    processes: int = 1,
 ) -> dict:
-    use_listen_url(listen_url)
+    use_change_bus(pushed)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {STREAM_TABLES}")
     server_process = psutil.Process()
     seconds = SETTLE_S + IDLE_S + (len(ARRIVALS) * (ACTIVE_S + 2) + 3 if active else 0)
-    with serve_in_thread(VercelRouter(PROJECT_ROOT), tune_collector=True) as base_url:  # as scripts/serve
-        host, port = base_url.removeprefix("http://").split(":")
+    with stream_servers(processes) as ports:
         child = subprocess.Popen(
-            [sys.executable, "-c", CLIENT, host, port, str(seconds), str(CONNECT_BATCH)],
+            [sys.executable, "-c", CLIENT, "127.0.0.1", ",".join(map(str, ports)), str(seconds), str(CONNECT_BATCH)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -182,15 +205,16 @@ def run_design(
             client_result = json.loads(child.stdout.readline().split(" ", 1)[1])
         finally:
             child.wait(timeout=120)
+    in_process = processes == 1  # statements and memory are counted in this process only
     result = {
-        "idle_statements_per_minute": idle_per_minute,
+        "idle_statements_per_minute": idle_per_minute if in_process else None,
         "streams_open_at_end": connections - client_result["ended"],
-        "kb_per_stream": (rss_open - rss_first) / 1024 / (connections - CONNECT_BATCH),
+        "kb_per_stream": (rss_open - rss_first) / 1024 / (connections - CONNECT_BATCH) if in_process else None,
     }
     for arrivals, per_minute in active_per_minute.items():
         latencies = sorted(client_result["latencies"].get(arrivals, []))
         result[arrivals] = {
-            "statements_per_minute": per_minute,
+            "statements_per_minute": per_minute if in_process else None,
             "p50_ms": 1000 * statistics.median(latencies) if latencies else None,
             "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
             "deliveries": len(latencies),
@@ -216,15 +240,16 @@ def main() -> None:
         os.environ["CLERK_JWT_KEY"] = public_pem
         with counting_statements() as statements:
             if moonshot:
-                designs = {"pushed, idle": (None, MOONSHOT_CONNECTIONS, False)}
+                designs = {"pushed, idle": (True, MOONSHOT_CONNECTIONS, False, 1)}
             else:
                 designs = {
-                    "pushed (LISTEN/NOTIFY)": (None, CONNECTIONS, True),
-                    "polled (shared reads, before)": (UNREACHABLE_LISTEN_URL, CONNECTIONS, True),
+                    "pushed (change bus)": (True, CONNECTIONS, True, 1),
+                    "pushed, the same streams over 4 processes": (True, CONNECTIONS, True, 4),
+                    "polled (shared reads, before)": (False, CONNECTIONS, True, 1),
                 }
             results = {
-                name: run_design(database_url, listen_url, private_pem, statements, connections, active)
-                for name, (listen_url, connections, active) in designs.items()
+                name: run_design(database_url, pushed, private_pem, statements, connections, active, processes)
+                for name, (pushed, connections, active, processes) in designs.items()
             }
     connections = MOONSHOT_CONNECTIONS if moonshot else CONNECTIONS
     print(f"{connections} streams (half notifications, half feed) over {TENANTS} tenants, default intervals")

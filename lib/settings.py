@@ -180,6 +180,8 @@ class Settings:
     ermis_streams_per_user: int = _integer(12, minimum=1)
     ermis_streams_per_tenant: int = _integer(500, minimum=1)
     ermis_stream_lease_s: float = _number(60.0, above=0)
+    ermis_stream_detect_interval_ms: int = _integer(5, minimum=1)
+    ermis_stream_detector_lease_s: float = _number(3.0, above=0)
     ermis_header_timeout_s: float = _number(10.0, above=0)
     ermis_body_timeout_s: float = _number(30.0, above=0)
 

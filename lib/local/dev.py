@@ -43,8 +43,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from vercel.queue.devserver import EmbeddedQueueDevServer, embedded_queue_dev_server
 
+from lib.auth.gates import require_session
 from lib.clock import iso_timestamp
 from lib.db.migrate import apply_migrations
+from lib.db.pool import connection
+from lib.http.errors import ApiError, error_response
+from lib.http.same_origin import check_same_origin
 from lib.jobs.schedule import CronEntry, load_crons
 from lib.local.connections import server_config
 from lib.local.dev_keys import ensure_dev_key_pair
@@ -122,6 +126,7 @@ async def serve(
         "/__dev/sign-in": Route("/__dev/sign-in", sign_in_endpoint(dev_private_key)),
         "/__dev/sign-out": Route("/__dev/sign-out", sign_out),
         "/__dev/streams": Route("/__dev/streams", open_streams_endpoint),
+        "/__dev/test-alert": Route("/__dev/test-alert", test_alert_endpoint, methods=["GET", "POST"]),
     }
     if bridge:
         dev_routes["/__dev/queues"] = Route("/__dev/queues", bridge.depths_endpoint)
@@ -205,6 +210,32 @@ def allow_fixture_feed_server(servers: list[uvicorn.Server]) -> str:
     os.environ["ERMIS_EGRESS_ALLOW"] = ",".join([*allowed, f"127.0.0.1:{port}"])
     get_settings.cache_clear()
     return f"http://127.0.0.1:{port}"
+
+
+async def test_alert_endpoint(request: Request) -> Response:
+    """``POST /__dev/test-alert``: one alert for the signed-in session's tenant, written as the
+    alert sweep writes them — the realtime demo's button, to watch a change travel from the
+    insert to the frame. Development only (``lib/local`` is not deployed)."""
+    if request.method != "POST":
+        return error_response(405, "method_not_allowed", "POST to write a test alert.", allow="POST")
+    try:
+        check_same_origin(request)  # a page elsewhere cannot write with the developer's cookie
+        session = require_session(request)
+    except ApiError as error:
+        return error.to_response()
+    if session.tenant_scope_id is None:
+        return error_response(409, "no_tenant", "The session has no tenant to write an alert for.")
+    alert_id = f"test-alert-{secrets.token_hex(6)}"
+    async with connection() as conn:
+        cursor = await conn.execute(
+            "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
+            " VALUES (%s, %s, 'dev-test', %s, 'Test alert from the realtime demo', 'info', 'in-app')"
+            " RETURNING delivered_at",
+            (alert_id, session.tenant_scope_id, alert_id),
+        )
+        row = await cursor.fetchone()
+    assert row is not None
+    return JSONResponse({"id": alert_id, "deliveredAt": iso_timestamp(row["delivered_at"])}, status_code=201)
 
 
 async def open_streams_endpoint(_request: Request) -> Response:

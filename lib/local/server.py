@@ -42,7 +42,7 @@ from lib.http.errors import error_response
 from lib.http.request_limits import head_problem
 from lib.local.routing import discover_routes, resolve, split_path
 from lib.runtime.functions import load_function_app
-from lib.streams.listener import end_streams
+from lib.streams.listener import end_streams, stop_change_listener
 
 
 class VercelRouter:
@@ -139,3 +139,4 @@ class Server(uvicorn.Server):
     async def shutdown(self, sockets: list | None = None) -> None:
         end_streams()
         await super().shutdown(sockets)
+        await stop_change_listener()  # a detector lets go of its lease: another process takes over at once

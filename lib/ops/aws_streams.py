@@ -6,10 +6,12 @@ stream from a Lambda. They run where a process lives as long as its connections:
 **ECS service on Fargate behind an Application Load Balancer**. The alternative AWS documents,
 the Lambda Web Adapter with a response-streaming Function URL, was not chosen: every held stream
 would be one Lambda execution billed for its whole life and counted against the account's
-concurrency (1,000 by default: 1,000 browsers), each would hold its own database listener, and
-a function outside a VPC cannot reach a database that is only inside one — Fargate tasks sit in
-the VPC, hold thousands of streams each, and share one change listener per task
-(``ERMIS_DATABASE_LISTEN_URL``).
+concurrency (1,000 by default: 1,000 browsers), and a function outside a VPC cannot reach a
+database that is only inside one — Fargate tasks sit in the VPC and hold thousands of streams
+each. Every task subscribes to the change bus on ``REDIS_URL`` (ElastiCache) with one
+connection; one task at a time detects changes in Postgres (``lib.streams.detector``, on
+``ERMIS_DATABASE_LISTEN_URL`` if given, else ``DATABASE_URL``), so adding tasks adds nothing to
+Postgres's load or connections for change detection.
 
 One origin. Browsers must reach the REST routes and the streams on one origin, so the session
 cookie is sent to both and the same-origin rule holds. A **CloudFront distribution** is that

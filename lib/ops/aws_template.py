@@ -111,7 +111,7 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
             "Type": "String",
             "NoEcho": True,
             "Default": "",
-            "Description": "ERMIS_DATABASE_LISTEN_URL: the streams' direct (unpooled) database URL for LISTEN",
+            "Description": "ERMIS_DATABASE_LISTEN_URL: the change detector's database URL (empty: DATABASE_URL)",
         },
         **aws_streams.PARAMETERS,
     }

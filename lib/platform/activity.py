@@ -1,4 +1,4 @@
-"""The stream log (migrations 0012, 0013; issue 20) and what the notification stream and ``GET
+"""The stream log (migrations 0012, 0013, 0016) and what the notification stream and ``GET
 /api/notifications`` read through it: a user's notifications and a tenant's alert history, review
 status events and failed deliveries, by their positions. The feed reads only a channel's head
 (``CHANNEL_HEAD``, ``lib.platform.editorial``).
@@ -6,9 +6,9 @@ status events and failed deliveries, by their positions. The feed reads only a c
 Every row of those kinds is logged in ``stream_changes`` under its *channel* — the audience
 that may see it: ``alerts|<tenant>``, ``deliveries|<tenant>``, ``review|<tenant>`` and
 ``review|*`` (the platform review), ``user|<user id>``, and every draft write under
-``drafts|<tenant>`` — and gets a *position* when its
-transaction commits, in the order the commits become visible within the channel (the
-migration's header says how). Reads here go through the log and join the row itself: a row
+``drafts|<tenant>`` — and gets a *position* after its transaction commits
+(``lib.streams.positioner``, migration 0016), in the order the rows become visible within the
+channel; a row not yet positioned is not read here. Reads here go through the log and join the row itself: a row
 deleted since it was logged (an erasure purge) keeps its position and has no row (``None``):
 the reader skips it without an error.
 

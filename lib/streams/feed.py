@@ -31,6 +31,7 @@ from lib.auth.gates import require_session
 from lib.lazy_imports import lazy_import
 from lib.platform.editorial import FeedWatermark, list_tenant_drafts, read_draft_feed_watermark
 from lib.streams.limits import limited_stream
+from lib.streams.listener import positioned_before_read
 from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import RETRY_MS, event_body, keep_alive_frame, with_id
 from lib.streams.watch import KEEP_ALIVE, ChangeWatch, stream_timing
@@ -43,8 +44,11 @@ FEED_MAX_DURATION_S = 240
 shared_watermarks = SharedReads()
 
 
-async def _read_and_shape(tenant_scope_id: str) -> tuple[FeedWatermark, bytes | None]:
-    """The watermark and its frame's body, made once for every stream that shares the read."""
+async def _read_and_shape(tenant_scope_id: str, position_first: bool) -> tuple[FeedWatermark, bytes | None]:
+    """The watermark and its frame's body, made once for every stream that shares the read;
+    ``position_first`` when the read cannot count on the detector (``positioned_before_read``)."""
+    if position_first:
+        await positioned_before_read()
     watermark = await read_draft_feed_watermark(tenant_scope_id)
     return watermark, event_body(
         "feed.changed", stream_events.FeedChanged.model_validate(watermark.payload).model_dump()
@@ -58,7 +62,10 @@ async def feed_frames(tenant_scope_id: str) -> AsyncIterator[bytes]:
     watch = ChangeWatch(timing, (("drafts", tenant_scope_id),))
 
     def start_read() -> asyncio.Future[tuple[FeedWatermark, bytes | None]]:
-        return watch.start_shared(shared_watermarks, tenant_scope_id, lambda: _read_and_shape(tenant_scope_id))
+        position_first = last is None or not watch.listener.healthy
+        return watch.start_shared(
+            shared_watermarks, tenant_scope_id, lambda: _read_and_shape(tenant_scope_id, position_first)
+        )
 
     async with contextlib.aclosing(
         watch.reads(deadline, ("feed", tenant_scope_id), start_read, "/api/feed/events", tenant=tenant_scope_id)
@@ -88,6 +95,7 @@ async def feed_drafts(request: Request) -> Response:
     tenant = session.tenant_scope_id
     # The watermark first: the drafts read after it hold every change up to its position, so a
     # client that keys on the position never keeps a list older than the position it holds.
+    await positioned_before_read()
     watermark = await read_draft_feed_watermark(tenant)
     drafts = await list_tenant_drafts(tenant)
     return JSONResponse({"drafts": drafts, "watermark": watermark.payload, "position": watermark.position})

@@ -147,6 +147,25 @@ async def claim_stream_slot(session: Session) -> StreamSlot:
     return slot
 
 
+async def open_streams_by_tenant() -> dict[str, int]:
+    """Streams open per tenant: across instances from their leases in Redis (a lease that has
+    expired is not counted), or this process's own count without Redis."""
+    client = get_redis()
+    if client is None:
+        return {value: count for (kind, value), count in _held.items() if kind == "tenant"}
+    prefix = f"{KEY_PREFIX}:tenant:"
+    now_ms = int(time.time() * 1000)
+    counts: dict[str, int] = {}
+    cursor = "0"
+    while True:  # SCAN: a cluster of tenants is never read in one blocking command
+        cursor, keys = await execute_command(client, "SCAN", cursor, "MATCH", f"{prefix}*", "COUNT", 500)
+        if keys:
+            held = await execute_pipeline(client, [("ZCOUNT", key, now_ms, "+inf") for key in keys])
+            counts.update({key[len(prefix) :]: int(n) for key, n in zip(keys, held, strict=True) if int(n)})
+        if str(cursor) == "0":
+            return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
 async def limited_stream(request: Request, session: Session, name: str, frames: AsyncIterator[bytes]) -> Response:
     """The stream's response once it has a slot; over a cap, the 429. A HEAD answers what a GET
     would (``ermis-realtime.js`` asks it why a stream was refused) and keeps no slot."""

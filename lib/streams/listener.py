@@ -1,30 +1,36 @@
-"""The listener: which audiences changed, told by Postgres, and who is waiting for them (issue 13).
+"""The listener: which audiences changed, told by the change bus, and who is waiting for them.
 
 A change flows one way through ``lib/streams``: a row is written → its table's triggers log it
-in the stream log (``lib.platform.activity``) and ``pg_notify('ermis_changes', '<kind>|<value>')``
-— which audience changed, never the row: ``alerts|<tenant>``, ``deliveries|<tenant>`` (failed
-ones only), ``review|<tenant>``, ``drafts|<tenant>``, ``user|<user id>`` → **this module** bumps
-that audience's version and starts the read each waiting stream will need → ``watch`` hands the
-read to the stream waiting on it → the stream turns what was read into frames (``notifications``,
-``feed``, ``story``) → ``sse`` writes them.
+in the stream log (``lib.platform.activity``) → the change detector positions it after commit and
+publishes which channels advanced (``detector``, ``bus``) — ``alerts|<tenant>``,
+``deliveries|<tenant>`` (failed ones only), ``review|<tenant>`` and ``review|*``,
+``drafts|<tenant>``, ``user|<user id>``: which audience changed, never the row → **this module**
+bumps that audience's version and starts the read each waiting stream will need → ``watch``
+hands the read to the stream waiting on it → the stream turns what was read into frames
+(``notifications``, ``feed``, ``story``) → ``sse`` writes them.
 
 The model:
 
-- **One listening connection per process** (per event loop), opened by the first stream and
-  closed ``LINGER_S`` after the last one leaves: ``LISTEN ermis_changes`` on
-  ``ERMIS_DATABASE_LISTEN_URL`` (a direct connection, where ``DATABASE_URL`` goes through a
-  transaction pooler that cannot LISTEN), else ``DATABASE_URL``. It proves itself with a probe
-  (a ``NOTIFY`` to itself that must come back) before it is trusted.
-- **An audience key** is ``(kind, value)`` — a notification's payload, and the stream log's
-  channel names (``audience_key``); a stream waits on the keys its reads depend on (a
-  platform-wide reader waits on ``(kind, "*")``, woken by every value of that kind). Keys carry
-  the authorization of the reads that follow: a notification for tenant B can only wake keys of
-  tenant B, and what a woken stream sends is still decided by its read.
-- **Coalescing**: a key that changed gets a new *version* and its waiters wake at once — at
-  most once per ``COALESCE_S`` (25 ms) per key: the first notification after a quiet window
-  wakes immediately, later ones within the window are gathered into one wake at its end.
-  Streams key their shared reads by those versions, so a burst costs one read per audience per
-  window, and a lone change waits for nothing.
+- **One subscription per process** (per event loop), opened by the first stream and closed
+  ``LINGER_S`` after the last one leaves: one Redis connection (``bus``), proved by a probe
+  before it is trusted. It follows the channel of each key its open streams watch (and stops
+  ``LINGER_S`` after the last of them closes), so a process hears of its own audiences only;
+  a follow, once confirmed, wakes the key's streams once — what was positioned before it is
+  read, what after it is told. The same first stream makes the process a candidate for the detector's
+  lease (``detector``). Without ``REDIS_URL`` the bus is in-process; with only Upstash's REST
+  URL there is none, and streams poll.
+- **An audience key** is ``(kind, value)`` — a stream log channel's name split at its ``|``
+  (``audience_key``); a stream waits on the keys its reads depend on (a platform-wide reader
+  waits on ``(kind, "*")``, woken by every value of that kind). Keys carry the authorization of
+  the reads that follow: a change in tenant B can only wake keys of tenant B, and what a woken
+  stream sends is still decided by its read.
+- **Coalescing** (``coalescing``): a key that changed gets a new *version* and its waiters
+  wake at once — at most once per window per key: ``COALESCE_S`` (25 ms) for a quiet key,
+  doubling while it stays busy up to ``MAX_COALESCE_S`` (200 ms). The first change after a
+  quiet spell wakes immediately; later ones are gathered into one wake at the window's end, so
+  every process holding a busy tenant's streams reads it five times a second, not forty. Streams key
+  their shared reads by those versions, so a burst costs one read per audience per window, and a
+  lone change waits for nothing.
 - **Read ahead**: a change starts the *reads* first, then wakes the streams. A waiting stream
   names its read (a share key — its audience — and how to start its shared read); the listener
   starts each distinct one once and wakes its streams when it is done, handing them the read.
@@ -32,11 +38,13 @@ The model:
   even sent, and another to pick up its result — most of a burst's latency, measured.
 - **Shutdown**: ``end_streams()`` (called by the server as it stops) ends every stream of the
   process at its next wait, with a clean end of body, so the browsers reconnect elsewhere.
-- **Health**: when the listener cannot connect, fails its probe, or its connection drops
-  (``pg_terminate_backend``, a Postgres restart), it is *unhealthy*: the outage is reported
-  once through ``log_server_error``, streams poll (``watch``), and the listener reconnects with
-  backoff. Every change of health wakes every waiter and starts a new *epoch* of read keys: the
-  changes made meanwhile were not notified, so every stream reads at once.
+- **Health**: when the subscription cannot be made, fails its probe, or drops (Redis stopped,
+  the network cut), or no detector's heartbeat has been heard for a while (``detector``), push
+  is *unhealthy*: the outage is reported once through
+  ``log_server_error``, streams poll (``watch``) — each read making sure every committed row is
+  positioned first (``positioner``) — and the subscription is retried with backoff. Every change
+  of health wakes every waiter and starts a new *epoch* of read keys: the changes made meanwhile
+  were not told, so every stream reads at once.
 """
 
 from __future__ import annotations
@@ -44,21 +52,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
-from lib.settings import get_settings, secret_or_none
+from lib.streams.bus import Delivery, Subscription, change_bus, close_change_bus
+from lib.streams.coalescing import CoalescingWindows
+from lib.streams.detector import ChangeDetector, publish_advanced, silence_limit_s
+from lib.streams.positioner import positioned_now
 
-psycopg = lazy_import("psycopg")
-
-CHANNEL = "ermis_changes"
-LISTENER_APPLICATION_NAME = "ermis-change-listener"  # how an operator finds the connection
 COALESCE_S = 0.025
-PROBE_TIMEOUT_S = 2.0
+MAX_COALESCE_S = 0.2
 LINGER_S = 30.0
 RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 ANY = "*"
@@ -69,8 +75,13 @@ Started = tuple[Hashable, asyncio.Future[Any]]  # a read and the read key it was
 ReadAhead = tuple[Hashable, Callable[[], Started]]  # (share key, start): the read a change makes a stream do
 
 
+def channel_name(key: AudienceKey) -> str:
+    """The stream-log channel (or, for ``(kind, ANY)``, every channel of the kind) a key follows."""
+    return f"{key[0]}|{key[1]}"
+
+
 def audience_key(name: str) -> AudienceKey:
-    """``'<kind>|<value>'`` — a notification's payload, a stream log channel — as its key."""
+    """``'<kind>|<value>'`` — a stream log channel — as its key."""
     kind, _, value = name.partition("|")
     return (kind, value)
 
@@ -87,19 +98,32 @@ class ChangeListener:
         self._waiters: dict[Hashable, set[asyncio.Future[Started | None]]] = {}
         self._read_aheads: dict[asyncio.Future[Started | None], ReadAhead] = {}
         self._pending: set[AudienceKey] = set()
-        self._woken_at: dict[AudienceKey, float] = {}
+        self._windows = CoalescingWindows(COALESCE_S, MAX_COALESCE_S)
         self._watchers = 0
         self._task: asyncio.Task[None] | None = None
         self._idle_since: float | None = None
         self._outage_reported = False
         self.ending = False
+        self.detector: ChangeDetector | None = None
+        self._detector_heard_at = 0.0  # the last heartbeat of a leading detector (monotonic)
+        self._key_watchers: Counter[AudienceKey] = Counter()  # streams open per key
+        self._unwatched_since: dict[AudienceKey, float] = {}  # keys still followed, no stream on them
+        self._subscription: Subscription | None = None
+        self.followed: set[str] = set()  # the channels Redis has confirmed this process follows
 
     # -- the streams' side ------------------------------------------------------------------
 
     @contextmanager
-    def watching(self) -> Iterator[None]:
+    def watching(self, keys: tuple[AudienceKey, ...] = ()) -> Iterator[None]:
+        """A stream is open on ``keys``: the process subscribes (and is a detector candidate)
+        while any is, and follows each key's channel while a stream watches it."""
         self._watchers += 1
         self._idle_since = None
+        for key in keys:
+            self._key_watchers[key] += 1
+            self._unwatched_since.pop(key, None)
+            if self._subscription is not None:
+                self._subscription.follow(channel_name(key))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="ermis-change-listener")
         try:
@@ -108,6 +132,22 @@ class ChangeListener:
             self._watchers -= 1
             if self._watchers == 0:
                 self._idle_since = time.monotonic()
+            for key in keys:
+                self._key_watchers[key] -= 1
+                if self._key_watchers[key] <= 0:
+                    del self._key_watchers[key]
+                    self._unwatched_since[key] = time.monotonic()
+
+    def _unfollow_lingered(self) -> None:
+        """Unfollow the channels no stream has watched for ``LINGER_S`` (not at once: streams of
+        an audience come and go, and each follow costs a round trip and a re-read)."""
+        now = time.monotonic()
+        for key, since in list(self._unwatched_since.items()):
+            if now - since > LINGER_S:
+                del self._unwatched_since[key]
+                self.followed.discard(channel_name(key))
+                if self._subscription is not None:
+                    self._subscription.unfollow(channel_name(key))
 
     def read_keys(self, keys: tuple[AudienceKey, ...], tick: int) -> dict[AudienceKey, Hashable]:
         """What a read that depends on each of ``keys`` alone is shared under at ``tick``: its
@@ -186,23 +226,32 @@ class ChangeListener:
 
     # -- the connection's side --------------------------------------------------------------
 
-    def _received(self, payload: str) -> None:
-        kind, value = audience_key(payload)
-        if not kind or kind == "probe":
+    def _received(self, delivery: Delivery) -> None:
+        what, detail = delivery
+        if what == "following":
+            self.followed.add(detail)
+        if what in ("advanced", "following"):  # a channel moved, or is followed now: read it
+            self._changed(detail)
+        elif "leading" in detail:
+            self._detector_heard_at = time.monotonic()
+        elif "released" in detail and self.detector is not None:
+            self.detector.nudge()
+
+    def _changed(self, channel: str) -> None:
+        kind, value = audience_key(channel)
+        if not kind:
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
-        if len(self._woken_at) > 4096:  # only keys woken within the last window matter
-            self._woken_at = {key: at for key, at in self._woken_at.items() if now - at < COALESCE_S}
         for key in ((kind, value), (kind, ANY)):
             if key not in self._pending:
                 self._pending.add(key)
-                # At the earliest on the loop's next turn: notifications read off the socket together wake once.
-                loop.call_at(max(now, self._woken_at.get(key, now - COALESCE_S) + COALESCE_S), self._wake_key, key)
+                # At the earliest on the loop's next turn: changes received together wake once.
+                loop.call_at(self._windows.fire_at(key, now), self._wake_key, key)
 
     def _wake_key(self, key: AudienceKey) -> None:
         self._pending.discard(key)
-        self._woken_at[key] = asyncio.get_running_loop().time()
+        self._windows.fired(key, asyncio.get_running_loop().time())
         self.versions[key] = self.versions.get(key, 0) + 1
         self.generation += 1
         self._read_ahead_then_wake(key)
@@ -226,39 +275,60 @@ class ChangeListener:
 
     async def _run(self) -> None:
         attempt = 0
-        while not self._lingered():
-            try:
-                await self._listen()
-                attempt = 0
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # noqa: BLE001 - any failure means: poll, report once, retry
-                self._set_healthy(False, error)
-                await asyncio.sleep(RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S) - 1)])
-                attempt += 1
-        self._set_healthy(False)
-
-    async def _listen(self) -> None:
-        settings = get_settings()
-        url = secret_or_none(settings.ermis_database_listen_url) or secret_or_none(settings.database_url)
-        if url is None:
-            raise RuntimeError("no DATABASE_URL to listen on")
-        timeout = max(1, round(settings.db_connect_timeout_s))
-        async with await psycopg.AsyncConnection.connect(
-            url, autocommit=True, connect_timeout=timeout, application_name=LISTENER_APPLICATION_NAME
-        ) as conn:
-            await conn.execute(f"LISTEN {CHANNEL}")
-            probe = f"probe|{uuid.uuid4()}"
-            await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, probe))
-            async for notify in conn.notifies(timeout=PROBE_TIMEOUT_S):
-                if notify.payload == probe:
-                    break
-            else:
-                raise RuntimeError("LISTEN receives no notifications on this connection (a transaction pooler?)")
-            self._set_healthy(True)
+        detecting: asyncio.Task[None] | None = None
+        try:
             while not self._lingered():
-                async for notify in conn.notifies(timeout=1.0):
-                    self._received(notify.payload)
+                try:
+                    bus = await change_bus()
+                    if bus is None:  # only Upstash's REST URL: no push, by choice (``bus``)
+                        self._set_healthy(False)
+                        await asyncio.sleep(RECONNECT_BACKOFF_S[-1])
+                        continue
+                    if detecting is None or detecting.done():
+                        self.detector = ChangeDetector(bus)
+                        detecting = asyncio.get_running_loop().create_task(
+                            self.detector.run(lambda: not self._lingered()), name="ermis-change-detector"
+                        )
+                    await self._subscribe(bus)
+                    attempt = 0
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - any failure means: poll, report once, retry
+                    self._set_healthy(False, error)
+                    await asyncio.sleep(RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S) - 1)])
+                    attempt += 1
+            self._set_healthy(False)
+        finally:
+            if detecting is not None:
+                detecting.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await detecting
+
+    async def _subscribe(self, bus: Any) -> None:
+        async with bus.subscription() as subscription:
+            self._subscription = subscription
+            for key in [*self._key_watchers, *self._unwatched_since]:
+                subscription.follow(channel_name(key))
+            self._detector_heard_at = time.monotonic()  # a detector, ours if none other, leads within the limit
+            self._set_healthy(True)
+            try:
+                async for delivery in subscription:
+                    if delivery is not None:
+                        self._received(delivery)
+                    elif self._lingered():
+                        return
+                    self._unfollow_lingered()
+                    self._judge_detector()
+            finally:
+                self._subscription = None
+                self.followed.clear()
+
+    def _judge_detector(self) -> None:
+        silent_s = time.monotonic() - self._detector_heard_at
+        if silent_s <= silence_limit_s():
+            self._set_healthy(True)
+        else:  # subscribed, but nobody positions: poll (each read positions first)
+            self._set_healthy(False, f"no change detector heard for {silent_s:.0f} s")
 
 
 def resolve_waiter(woken: asyncio.Future[Started | None], started: Started | None = None) -> None:
@@ -290,10 +360,21 @@ def end_streams() -> None:
         listener.end_streams()
 
 
+async def positioned_before_read() -> None:
+    """Every row committed before now has its position: for a read that cannot count on the
+    detector — the REST snapshot (no stream may be open anywhere, so no detector), a stream's
+    first read, every read while push is down. What it positions is published like the
+    detector's advances."""
+    bus = await change_bus()
+    await positioned_now(lambda advanced: publish_advanced(bus, advanced))
+
+
 async def stop_change_listener() -> None:
-    """Stop this loop's listener (tests; the listener otherwise lingers out by itself)."""
+    """Stop this loop's listener and its detector (releasing the lease), and close its bus: the
+    server as it stops, tests. (Otherwise the listener lingers out by itself.)"""
     listener = _listeners.pop(asyncio.get_running_loop(), None)
     if listener is not None and listener._task is not None:
         listener._task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await listener._task
+    await close_change_bus()

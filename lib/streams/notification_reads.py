@@ -34,7 +34,7 @@ from lib.egress.destinations import redact_url
 from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
 from lib.platform import activity
-from lib.streams.listener import AudienceKey, audience_key
+from lib.streams.listener import AudienceKey, audience_key, change_listener, positioned_before_read
 from lib.streams.positions import Cursor
 from lib.streams.shared_reads import SharedReads
 from lib.streams.sse import event_body
@@ -239,6 +239,8 @@ def start_audience_read(
     after = read_after(cursor, channels)
 
     async def load() -> AudienceRead:
+        if after is None or not change_listener().healthy:
+            await positioned_before_read()
         reads = {}
         for index, (kind, channel) in enumerate(channels.items()):
             read_key = read_keys.get(audience_key(channel))
@@ -254,7 +256,9 @@ def start_audience_read(
 
 async def read_snapshot(audience: Audience, limit: int) -> AudienceRead:
     """The newest ``limit`` rows of every channel the audience reads, afresh (the polling
-    fallback): its heads are the cursor a stream resumes from after it."""
+    fallback): its heads are the cursor a stream resumes from after it — every row committed
+    before the call is among them or below them."""
+    await positioned_before_read()
     reads = {  # window 0: a fresh read
         kind: _start_kind_read(kind, channel, None, limit, None, 0, initial=False)
         for kind, channel in channels_of(audience).items()

@@ -46,6 +46,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from lib.lazy_imports import lazy_import
+from lib.runtime.process import PROCESS_TAG
 
 sse_starlette = lazy_import("sse_starlette")
 stream_events = lazy_import("lib.contracts.stream_events")
@@ -166,7 +167,7 @@ class EventStreamResponse(Response):
     ) -> None:
         self.name, self.frames, self.on_end = name, frames, on_end
         self.status_code, self.background = 200, None
-        self.init_headers(SSE_HEADERS)
+        self.init_headers({**SSE_HEADERS, "X-Ermis-Process": PROCESS_TAG})  # which process: the demo shows it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})

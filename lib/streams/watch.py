@@ -20,8 +20,9 @@ A stream waits on the audience keys its reads depend on (``listener``) and on it
   still running at it is abandoned (``read_before`` raises ``StreamDeadlineReached``), so a
   stream ends by its self-close however slow the database is — within ``maxDuration``.
 
-A read that fails is reported once (``log_server_error``) and skipped: the next change or tick
-reads again. ``reads`` and ``read_now`` are the only two ways a stream gets a result.
+A read that fails is reported (``log_server_error``) and made again after the stream's poll
+interval, push or not: the change it was woken for is still unsent, and the next change or tick
+may be a minute away. ``reads`` and ``read_now`` are the only two ways a stream gets a result.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class ChangeWatch:
 
     @contextmanager
     def open(self) -> Iterator[ChangeWatch]:
-        with self.listener.watching():
+        with self.listener.watching(self.keys):
             try:
                 yield self
             finally:
@@ -216,8 +217,8 @@ class ChangeWatch:
         """The stream's reads as they come (``next_read_before``), watching (``open``) until it
         is closed: each one's result, and ``KEEP_ALIVE`` when a ping is due. Ends at the
         deadline — a read still running then is abandoned — or when the server stops. A read
-        that fails is reported (``report_as``, with ``context``) and skipped: the next change or
-        tick reads again."""
+        that fails is reported (``report_as``, with ``context``) and made again after the poll
+        interval."""
         with self.open():
             while (read := await self.next_read_before(deadline, share_key, start_read)) is not None:
                 if read is KEEP_ALIVE:
@@ -228,6 +229,9 @@ class ChangeWatch:
                     yield result
                 elif deadline.passed():
                     return
+                else:  # what it was to send is still unsent: read again soon, not at the next change
+                    self._last = None
+                    await asyncio.sleep(min(self.timing.poll_interval_s, PING_SECONDS, deadline.remaining()))
 
     async def read_now(self, deadline: Deadline, start_read: StartRead[T], report_as: str, **context: Any) -> T | None:
         """A read the stream makes without waiting (its next page, its own cursor): ``None`` when

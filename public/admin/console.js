@@ -128,6 +128,34 @@ function renderTopics(root, notes, health) {
   }. The queue service reports no depth; "delivery age" is how old the last delivered message was.`;
 }
 
+// The streams' change path (GET /api/admin/streams): who detects changes in Postgres, how far
+// positions have got, what is waiting for one, and who listens.
+function renderChangePath(root, path) {
+  const detector = path.detector;
+  const lag = path.lag;
+  const stalled = lag.unpositioned > 0 && !detector;
+  const card = (title, rows, attributes = {}) =>
+    el('div', { class: 'card', ...attributes }, el('h3', {}, title),
+      el('dl', {}, rows.flatMap(([key, value]) => [el('dt', {}, key), el('dd', { dataset: { field: key } }, value)])));
+  root.replaceChildren(
+    card('Detector', [
+      ['bus', path.bus || 'none: streams poll'],
+      ['process', detector ? `${detector.process} (${detector.tag})` : 'none'],
+      ['since', detector ? ago(detector.since) : '–'],
+      ['last position', path.lastPosition],
+    ]),
+    card('Lag', [
+      ['without a position', lag.unpositioned],
+      ['oldest', lag.oldestAgeS === null ? '–' : `${lag.oldestAgeS.toFixed(1)} s`],
+      ['status', stalled ? 'stalled: no detector' : 'ok'],
+    ], { dataset: { stalled: String(stalled) } }),
+    card('Listeners', [
+      ['subscribed processes', path.subscribedProcesses],
+      ...Object.entries(path.openStreamsByTenant).slice(0, 8).map(([tenant, count]) => [`streams of ${tenant}`, count]),
+    ]),
+  );
+}
+
 function renderDeadLetters(state, body) {
   const { root } = state;
   state.count.textContent = String(body.entries.length) + (body.nextCursor ? '+' : '');
@@ -240,14 +268,16 @@ export function startConsole(doc, { refreshMs = 10000 } = {}) {
     }
     show('console');
     const source = $('dead-letter-source').value;
-    const [crons, stuck, flags, audit] = await Promise.all([
+    const [crons, stuck, flags, audit, changePath] = await Promise.all([
       api('/api/admin/crons'),
       api(`/api/admin/dead-letters?limit=100${source ? `&source=${source}` : ''}`),
       api('/api/admin/flags').catch((error) => (error.status === 403 ? { flags: null } : Promise.reject(error))),
       api('/api/admin/audit?limit=50'),
+      api('/api/admin/streams'),
     ]);
     renderCrons($('crons'), crons.jobs);
     renderTopics($('topics'), $('queue-notes'), health);
+    renderChangePath($('change-path'), changePath);
     deadLetters.visible = stuck.entries.map((entry) => `${entry.source}:${entry.id}`);
     for (const key of [...deadLetters.selected]) if (!deadLetters.visible.includes(key)) deadLetters.selected.delete(key);
     renderDeadLetters(deadLetters, stuck);

@@ -122,6 +122,33 @@ def test_an_ops_user_sees_the_console_but_cannot_change_flags(browser: Browser, 
     assert status == 403
 
 
+def test_the_change_path_shows_rows_waiting_for_a_position_and_then_the_detector(
+    browser: Browser, dev_server: DevServer
+) -> None:
+    """Rows committed while no stream is open wait without a position (stalled: no detector);
+    once a stream opens, its process leads, positions them, and the console says who and since
+    when."""
+    page = signed_in(browser, dev_server, "ops")
+    change_path = page.get_by_test_id("change-path")
+    expect(change_path).to_contain_text("redis", timeout=15_000)
+    execute(
+        dev_server,
+        "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, severity, channel)"
+        " VALUES ('path-1', 'org_path', 'r', 'path-1', 'info', 'in-app')",
+    )
+    if page.locator('[data-field="process"]').inner_text() == "none":  # no stream open anywhere yet
+        expect(page.locator('[data-stalled="true"]')).to_be_visible(timeout=5_000)
+        expect(page.locator('[data-field="without a position"]')).not_to_have_text("0")
+    stream = browser.new_context().new_page()
+    stream.goto(f"{dev_server.url}/__dev/sign-in?as=owner&next={quote('/realtime-demo.html', safe='')}")
+    expect(page.locator('[data-field="process"]')).not_to_have_text("none", timeout=15_000)
+    expect(page.locator('[data-field="without a position"]')).to_have_text("0", timeout=10_000)
+    expect(page.locator('[data-stalled="false"]')).to_be_visible()
+    OUTPUT.mkdir(exist_ok=True)
+    page.screenshot(path=str(OUTPUT / "admin-console-change-path.png"), full_page=True)
+    stream.close()
+
+
 def test_a_super_admin_toggles_a_flag_and_the_audit_log_says_so(browser: Browser, dev_server: DevServer) -> None:
     page = signed_in(browser, dev_server, "super_admin")
     toggle = page.get_by_label("aiUsageMetering enabled")

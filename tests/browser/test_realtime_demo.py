@@ -5,6 +5,7 @@ updating with EventSource broken, and a missing story stops for good."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,6 +126,26 @@ def test_a_session_without_a_tenant_stops_polling_the_feed(browser: Browser, dev
     polls_when_settled = len(feed_polls)
     page.wait_for_timeout(3000)  # three poll intervals of the demo page
     assert len(feed_polls) == polls_when_settled <= 1
+
+
+def test_the_change_path_shows_a_test_alert_from_insert_to_frame(browser: Browser, dev_server: DevServer) -> None:
+    """The dev server's button writes an alert; the change path shows it arrive: its kind, its
+    position, the process that sent the frame, and the time from the insert to the frame."""
+    page = open_demo(browser, dev_server, sub="user_path", org_id="org_path", org_role="org:owner")
+    expect(page.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=15_000)
+    page.get_by_test_id("watch-wire").click()
+    button = page.get_by_test_id("write-test-alert")
+    expect(button).to_be_visible()
+    page.wait_for_timeout(1500)  # the change path's own connection is open: what follows is news
+    button.click()
+    row = page.get_by_test_id("change-path-events").locator("tr").first
+    expect(row).to_contain_text("alert.triggered", timeout=10_000)
+    kind, position, process, latency = row.locator("td").all_inner_texts()
+    assert kind == "alert.triggered" and int(position) > 0
+    assert re.fullmatch(r"[0-9a-f]{8}", process)
+    assert 0 <= int(latency.removesuffix(" ms")) < 5000
+    OUTPUT.mkdir(exist_ok=True)
+    page.screenshot(path=str(OUTPUT / "realtime-demo-change-path.png"), full_page=True)
 
 
 def test_a_visitor_without_a_session_is_told_how_to_sign_in(browser: Browser, dev_server: DevServer) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from lib.db.pool import close_pools
 from lib.jobs.state_cleanup import cleanup_platform_state
+from lib.streams.positioner import positioned_now
 from tests.support.auth import TEST_CRON_SECRET, cron_headers, session_headers
 from tests.support.contract import CLEANUP_RESPONSE_FIELDS
 from tests.support.functions import client_for, load_api_app
@@ -73,6 +74,7 @@ async def test_stream_positions_past_retention_go_and_leave_their_horizon(db) ->
             " VALUES (%s, 'org_a', 'r', %s, 'info', 'in-app')",
             (f"a{index}", f"s{index}"),
         )
+    await positioned_now()
     logged = await (await db.execute("SELECT position FROM stream_changes ORDER BY 1")).fetchall()
     positions = [row[0] for row in logged]
     await db.execute(

@@ -6,13 +6,10 @@ concurrent wake-ups, and a process SIGKILLed between attempts."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,6 +23,7 @@ from lib.platform.alerts.rules import get_alert_rules, rules_key
 from lib.platform.alerts.webhooks import run_attempt
 from tests.support.auth import session_headers
 from tests.support.env import allow_egress
+from tests.support.fleet import start_serve_process
 from tests.support.functions import client_for, load_api_app
 from tests.support.outbound import Counting
 from tests.support.queue import EmbeddedQueue, embedded_queue
@@ -231,26 +229,9 @@ async def test_a_retry_survives_the_sigkill_of_the_process_that_scheduled_it(
     port = free_port()
     with embedded_queue_dev_server(manual_clock=False) as service:
         set_env(VERCEL_QUEUE_BASE_URL=service.base_url, VERCEL_QUEUE_API_TOKEN="local-token", VERCEL_REGION="iad1")
-        serve_env = {
-            **os.environ,
-            "DATABASE_URL": database_url,
-            "REDIS_URL": redis_url,
-            "PYTHONPATH": str(PROJECT_ROOT),
-        }
-        command = [sys.executable, "-m", "lib.local.serve", "--host", "127.0.0.1", "--port", str(port)]
 
         def start() -> subprocess.Popen:
-            child = subprocess.Popen(
-                command, cwd=PROJECT_ROOT, env=serve_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/__health", timeout=1)
-                    return child
-                except httpx.HTTPError:
-                    time.sleep(0.1)
-            raise RuntimeError("scripts/serve did not start")
+            return start_serve_process(port, DATABASE_URL=database_url, REDIS_URL=redis_url)
 
         triggers = [trigger for trigger in queue_triggers(PROJECT_ROOT) if trigger.topic == "webhooks-deliver"]
         bridge = PushBridge(service, f"http://127.0.0.1:{port}", triggers, lambda _line: None)

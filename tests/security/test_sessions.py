@@ -40,7 +40,8 @@ GATES: dict[tuple[str, str], str] = {
     **{(path, "POST"): f"surface:{name}" for path, name in CRONS.items()},
     ("/api/admin/flags", "GET"): "surface:flags",
     ("/api/admin/flags", "PUT"): "surface:flags",
-    **{(f"/api/admin/{name}", "GET"): "surface:queues" for name in ("queues", "crons", "audit", "dead-letters")},
+    **{(f"/api/admin/{name}", "GET"): "surface:queues"
+       for name in ("queues", "crons", "audit", "dead-letters", "streams")},
     ("/api/admin/dead-letters", "POST"): "surface:queues",
     **{(f"/api/queues/rss/{stage}", "POST"): "message-hmac" for stage in ("ingest", "enrich", "cluster", "synthesize")},
     ("/api/queues/webhooks/deliver", "POST"): "message-hmac",

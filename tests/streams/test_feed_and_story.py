@@ -246,7 +246,7 @@ draft_writer = st.tuples(
     st.floats(0, 0.3),
     st.booleans(),
 )
-LISTENERS = {"pushed": {}, "polled": {"ERMIS_DATABASE_LISTEN_URL": "postgresql://nobody@127.0.0.1:9/none"}}
+LISTENERS = {"pushed": {}, "polled": {"REDIS_URL": "redis://127.0.0.1:9/0"}}  # polled: no bus
 draft_races = itertools.count()
 
 

@@ -7,10 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 import random
-import subprocess
-import threading
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -23,14 +20,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lib.jobs.state_cleanup import cleanup_platform_state
-from lib.local.paths import PROJECT_ROOT
 from lib.platform.alerts.evaluation import evaluate_alert_rules
 from lib.platform.alerts.rules import AlertRule
 from lib.platform.flags import set_feature_flag
+from lib.streams.bus import RedisBus
 from lib.streams.notification_reads import PAGE_SIZE, Audience
 from lib.streams.notifications import notification_frames
 from tests.support.auth import session_headers
 from tests.support.devserver import dev_token, running_dev_server
+from tests.support.eventsource_race import eventsource_client, race_alerts_and_notifications
 from tests.support.functions import client_for, load_api_app
 from tests.support.servers import serve_in_thread
 from tests.support.sse import SseCapture, capture_sse
@@ -118,6 +116,9 @@ async def probe_role_url(db, database_url: str) -> str:
     await db.execute("GRANT USAGE ON SCHEMA public TO stream_probe")
     await db.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO stream_probe")
     await db.execute("REVOKE SELECT ON review_status_events FROM stream_probe")
+    # What a read needs to position the stream log when no detector has yet (the bundle's role too).
+    await db.execute("GRANT UPDATE (position) ON stream_changes TO stream_probe")
+    await db.execute("GRANT USAGE ON SEQUENCE stream_position_seq TO stream_probe")
     return psycopg.conninfo.make_conninfo(database_url, user="stream_probe")
 
 
@@ -235,6 +236,24 @@ async def test_rest_fallback_has_the_same_items_and_authorization(db, mint_token
     assert body["unreadCount"] == 1 and [item["id"] for item in body["notifications"]] == ["n1"]
 
 
+async def test_rows_committed_with_no_stream_open_are_in_the_snapshot_and_a_stream_resumes_after_it(
+    db, stream_url: str, mint_token: Callable[..., str]
+) -> None:
+    """No stream is open, so no detector: the snapshot positions what committed before it and
+    returns it with its cursor; a stream opened later from that cursor gets exactly the rows
+    committed after the snapshot."""
+    await alert(db, "quiet-1", "org_a")
+    await alert(db, "quiet-2", "org_a")
+    assert await (await db.execute("SELECT count(*) FROM stream_changes WHERE position IS NULL")).fetchone() == (2,)
+    async with client_for(load_api_app("api/notifications/index.py")) as client:
+        body = (await client.get("/api/notifications", headers=owner(mint_token))).json()
+    assert [item["id"] for item in body["alerts"]] == ["quiet-2", "quiet-1"]
+    await alert(db, "after-snapshot", "org_a")
+    resumed = await capture_sse(stream_url, {**owner(mint_token), "Last-Event-ID": body["cursor"]}, 2.0)
+    assert [item["id"] for item in resumed.events("alert.triggered")] == ["after-snapshot"]
+    assert resumed.events("stream.reset") == []
+
+
 async def test_a_member_sees_a_failed_webhook_by_scheme_and_host_only(
     db, set_env, stream_url: str, mint_token: Callable[..., str]
 ) -> None:
@@ -345,7 +364,7 @@ async def test_a_resume_passes_a_row_deleted_since_it_committed(
 # A writer: how many alerts it inserts, how long it waits before inserting and before committing,
 # and whether it rolls back instead.
 racing_writer = st.tuples(st.integers(1, 3), st.floats(0, 0.3), st.floats(0, 0.3), st.booleans())
-LISTENERS = {"pushed": {}, "polled": {"ERMIS_DATABASE_LISTEN_URL": "postgresql://nobody@127.0.0.1:9/none"}}
+LISTENERS = {"pushed": {}, "polled": {"REDIS_URL": "redis://127.0.0.1:9/0"}}  # polled: no bus, no detector
 race_examples = itertools.count()
 
 
@@ -360,8 +379,9 @@ async def test_racing_writers_and_a_client_reconnecting_anywhere_lose_and_double
 ) -> None:
     """Writers overlap and commit in any order while the client drops its connection after a
     drawn number of frames (mid-chunk, as a network change would) and resumes from the last id
-    it got: over all its connections each committed alert arrives exactly once. Pushed by NOTIFY,
-    and with the listener down (the poll alone)."""
+    it got, alternately on two stream servers (two event loops: two listeners, two candidates
+    for the detector's lease): over all its connections each committed alert arrives exactly
+    once. Pushed through the bus, and with Redis unreachable (the poll alone)."""
     set_env(ERMIS_SSE_POLL_INTERVAL_MS="100", ERMIS_SSE_MAX_DURATION_S="30", **LISTENERS[listener])
     tenant = f"org_race_{listener}_{next(race_examples)}"
     headers = owner(mint_token, tenant, f"user_{tenant}")
@@ -384,13 +404,13 @@ async def test_racing_writers_and_a_client_reconnecting_anywhere_lose_and_double
                 await conn.commit()
                 committed.update(ids)
 
-    with serve_in_thread(EVENTS) as url:
-        stream_url = f"{url}/api/notifications/events"
-        first = await capture_sse(stream_url, headers, 5.0, stop_after=1)  # the heads, before any write
+    with serve_in_thread(EVENTS) as url_a, serve_in_thread(EVENTS) as url_b:
+        servers = itertools.cycle([f"{url_a}/api/notifications/events", f"{url_b}/api/notifications/events"])
+        first = await capture_sse(next(servers), headers, 5.0, stop_after=1)  # the heads, before any write
         last_id = first.frames[0]["id"]
         writing = asyncio.gather(*(write(index, *plan) for index, plan in enumerate(writers)))
         deadline = time.monotonic() + 30
-        for cut in itertools.cycle(cuts):
+        for cut, stream_url in zip(itertools.cycle(cuts), servers):
             assert time.monotonic() < deadline, sorted(committed - set(delivered))
             finished = writing.done()  # before the connection: one opened after it can see all
             connection = await capture_sse(stream_url, {**headers, "Last-Event-ID": last_id}, 1.0, stop_after=cut)
@@ -403,26 +423,28 @@ async def test_racing_writers_and_a_client_reconnecting_anywhere_lose_and_double
     assert sorted(delivered) == sorted(committed)
 
 
-async def test_with_notifications_lost_the_safety_net_delivers_every_row_once(
-    db, stream_url: str, mint_token: Callable[..., str], set_env
+async def test_with_advances_lost_the_safety_net_delivers_every_row_once(
+    db, stream_url: str, mint_token: Callable[..., str], set_env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The listener is up but no NOTIFY comes (the alerts' notify trigger disabled, as a lost
-    notification would be): the safety-net reads, by position, still deliver each alert once."""
+    """The bus is up but no advance is heard (every message the detector publishes lost, as a
+    message to a subscriber reconnecting at that instant would be): the safety-net reads, by
+    position, still deliver each alert once."""
     set_env(ERMIS_SSE_SAFETY_POLL_S="1", ERMIS_SSE_POLL_INTERVAL_MS="20000")
-    await db.execute("ALTER TABLE alert_history DISABLE TRIGGER alert_history_notify")
-    try:
 
-        async def write() -> None:
-            await asyncio.sleep(0.5)
-            for batch in range(5):
-                async with db.transaction():
-                    for row in range(3):
-                        await alert(db, f"quiet-{batch}-{row}", "org_a")
-                await asyncio.sleep(0.3)
+    async def lost(*_args: object) -> None:
+        return None
 
-        capture, _ = await asyncio.gather(capture_sse(stream_url, owner(mint_token), 4.5), write())
-    finally:
-        await db.execute("ALTER TABLE alert_history ENABLE TRIGGER alert_history_notify")
+    monkeypatch.setattr(RedisBus, "publish_advanced", lost)
+
+    async def write() -> None:
+        await asyncio.sleep(0.5)
+        for batch in range(5):
+            async with db.transaction():
+                for row in range(3):
+                    await alert(db, f"quiet-{batch}-{row}", "org_a")
+            await asyncio.sleep(0.3)
+
+    capture, _ = await asyncio.gather(capture_sse(stream_url, owner(mint_token), 4.5), write())
     delivered = [item["id"] for item in capture.events("alert.triggered")]
     assert sorted(delivered) == sorted(f"quiet-{batch}-{row}" for batch in range(5) for row in range(3))
 
@@ -528,10 +550,6 @@ async def test_ten_thousand_alerts_of_one_statement_go_out_whole_in_bounded_page
     assert peak < 1.5 * small_peak, (peak, small_peak)
 
 
-NODE_EVENTSOURCE = Path(
-    os.environ.get("ERMIS_NODE_EVENTSOURCE", PROJECT_ROOT / ".data/toolchain/eventsource-4.1.1/node_modules")
-)
-EVENTSOURCE_CLIENT = PROJECT_ROOT / "tests/support/eventsource_client.mjs"
 RACE_SECONDS = 60
 
 
@@ -543,77 +561,28 @@ async def test_a_standard_eventsource_cut_at_random_while_eight_writers_race_los
     its Last-Event-ID, while streams self-close every few seconds and eight writers insert alerts
     and notifications, holding each transaction open a random while and sometimes rolling back.
     Every committed row arrives exactly once, none as a replay, and the stream never resets."""
-    assert (NODE_EVENTSOURCE / "eventsource").is_dir(), "run ./scripts/test: it installs npm's eventsource"
     rng = random.Random()
     seed = rng.randrange(1 << 30)
     rng.seed(seed)
+    committed: set[str] = set()
     with running_dev_server(tmp_path / "race-dev", ERMIS_SSE_MAX_DURATION_S="7") as server:
         token = dev_token(server, "--sub", "user_race", "--org-id", "org_race", "--org-role", "org:member")
-        client = subprocess.Popen(
-            [
-                "node",
-                str(EVENTSOURCE_CLIENT),
-                str(NODE_EVENTSOURCE),
-                f"{server.url}/api/notifications/events",
-                token,
-                "20000",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        lines: list[dict] = []
-        reader = threading.Thread(
-            target=lambda: [lines.append(json.loads(line)) for line in client.stdout], daemon=True
-        )
-        reader.start()
-        committed: set[str] = set()
-
-        def delivered() -> list[str]:
-            return [line["id"] for line in list(lines) if "event" in line]
-
-        try:
-            assert await eventually(lambda: asyncio.sleep(0, result=bool(lines)), timeout_s=15), (
+        with eventsource_client(f"{server.url}/api/notifications/events", token) as run:
+            assert await eventually(lambda: asyncio.sleep(0, result=bool(run.lines)), timeout_s=15), (
                 "the client never connected"
             )
             await asyncio.sleep(0.5)  # its first connection is open: what follows is news
-
-            async def write(writer: int, until: float) -> None:
-                async with await psycopg.AsyncConnection.connect(server.database_url) as conn:
-                    for number in itertools.count():
-                        if time.monotonic() > until:
-                            return
-                        row_id = f"race-{writer}-{number}"
-                        if rng.random() < 0.5:
-                            await conn.execute(
-                                "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, severity, channel)"
-                                " VALUES (%s, 'org_race', 'r', %s, 'info', 'in-app')",
-                                (row_id, row_id),
-                            )
-                        else:
-                            await conn.execute(
-                                "INSERT INTO notifications (id, user_id, title, body, type)"
-                                " VALUES (%s, 'user_race', 'T', 'B', 'system')",
-                                (row_id,),
-                            )
-                        await asyncio.sleep(rng.uniform(0, 0.4))  # open while others commit
-                        if rng.random() < 0.1:
-                            await conn.rollback()
-                        else:
-                            await conn.commit()
-                            committed.add(row_id)
-                        await asyncio.sleep(rng.uniform(0, 0.4))
-
             until = time.monotonic() + RACE_SECONDS
-            await asyncio.gather(*(write(writer, until) for writer in range(8)))
-
-            await eventually(lambda: asyncio.sleep(0, result=set(delivered()) >= committed), timeout_s=60)
-        finally:
-            client.terminate()
-            client.wait(timeout=10)
-            reader.join(timeout=10)
-            client.stdout.close()
-    events = [line for line in lines if "event" in line]
-    connections = [line for line in lines if "open" in line]
-    assert [line for line in events if line["event"] == "stream.reset" or line["initial"]] == [], seed
-    assert sorted(delivered()) == sorted(committed), (seed, len(committed), len(connections))
+            await asyncio.gather(
+                *(
+                    race_alerts_and_notifications(
+                        server.database_url, rng, until, committed, "org_race", "user_race", writer
+                    )
+                    for writer in range(8)
+                )
+            )
+            await eventually(lambda: asyncio.sleep(0, result=set(run.delivered()) >= committed), timeout_s=60)
+    connections = run.connections()
+    assert [line for line in run.events() if line["event"] == "stream.reset" or line["initial"]] == [], seed
+    assert sorted(run.delivered()) == sorted(committed), (seed, len(committed), len(connections))
     assert len(connections) >= 10, connections  # cut and resumed often, not one long connection

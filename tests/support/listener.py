@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from lib.streams.listener import change_listener
+from lib.streams.listener import change_listener, channel_name
 from lib.streams.watch import ChangeWatch, StreamTiming
 from tests.support.waiting import eventually
 
@@ -27,3 +27,14 @@ async def healthy_listener() -> None:
     listener = change_listener()
     with ChangeWatch(SLOW_POLL, ()).open():
         assert await eventually(lambda: asyncio.sleep(0, result=listener.healthy), timeout_s=10)
+
+
+async def settled(*watches: ChangeWatch) -> None:
+    """Each open watch's channels followed (a confirmed follow wakes its streams once, to read
+    what came before it), then each watch's read key taken: a wake from now on is a change."""
+    listener = change_listener()
+    wanted = {channel_name(key) for watch in watches for key in watch.keys}
+    assert await eventually(lambda: asyncio.sleep(0, result=wanted <= listener.followed), timeout_s=10)
+    await asyncio.sleep(0.05)  # the follows' own wakes, coalesced, are past
+    for watch in watches:
+        watch.read_key()
