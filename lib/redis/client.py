@@ -5,7 +5,8 @@
 - ``UPSTASH_REDIS_REST_URL`` + ``UPSTASH_REDIS_REST_TOKEN`` → ``upstash_redis.asyncio.Redis``,
   production's client (HTTP per command, no connection to hold across invocations);
 - otherwise ``REDIS_URL`` → ``redis.asyncio.Redis`` (self-hosting, tests), decoding to ``str``
-  like the Upstash client does;
+  like the Upstash client does, over at most ``REDIS_CONNECTIONS`` connections (a command
+  waits for one rather than failing);
 - otherwise ``None``: callers answer ``redis_not_configured`` where the spec says so.
 
 Domain code talks to either through ``lib.redis.commands`` (raw commands and one-round-trip
@@ -29,6 +30,7 @@ upstash_redis_asyncio = lazy_import("upstash_redis.asyncio")
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Settings, Any]] = weakref.WeakKeyDictionary()
 
 REDIS_NOT_CONFIGURED = "redis_not_configured"
+REDIS_CONNECTIONS = 50  # per process and event loop; more concurrent commands wait their turn
 
 
 def redis_kind() -> str | None:
@@ -57,7 +59,13 @@ def get_redis() -> Any | None:
             allow_telemetry=False,
         )
     else:
-        client = redis_asyncio.Redis.from_url(secret_or_none(settings.redis_url), decode_responses=True)
+        # A bounded pool that waits for a free connection: redis-py's default pool refuses the
+        # 101st concurrent command (MaxConnectionsError), and a reconnect storm (250 streams
+        # claiming their slots at once) is exactly that many.
+        pool = redis_asyncio.BlockingConnectionPool.from_url(
+            secret_or_none(settings.redis_url), decode_responses=True, max_connections=REDIS_CONNECTIONS, timeout=5
+        )
+        client = redis_asyncio.Redis.from_pool(pool)  # closing the client closes its pool
     _clients[loop] = (settings, client)
     return client
 
