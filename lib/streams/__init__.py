@@ -9,8 +9,10 @@ A change flows one way through the modules:
    lock), so within a channel nothing becomes visible below a position a reader has passed and
    no open transaction anywhere holds a stream back;
 3. ``detector`` — one process of the deployment at a time (a lease) runs the rounds every few
-   milliseconds and publishes which channels advanced on ``bus`` (Redis pub/sub; in-process
-   without Redis): Postgres sees one reader however many stream processes run;
+   milliseconds and publishes which channels advanced on ``bus`` (Redis pub/sub, a channel per
+   stream-log channel that only the processes whose streams watch it follow; in-process without
+   Redis), at most once per window per channel (``coalescing``): Postgres sees one reader
+   however many stream processes run;
 4. ``listener`` — the process's one subscription: which audience changed, coalesced, and the
    read each waiting stream will need, started ahead of waking it;
 5. ``watch`` — one stream's wait (push, safety net, polling, keep-alive, self-close) and the

@@ -46,7 +46,7 @@ async def test_candidates_started_at_the_same_instant_make_one_leader(db, redis_
             await bus.close()
 
 
-RACE_SECONDS = 30
+RACE_SECONDS = 24
 
 
 @pytest.mark.reliability

@@ -550,13 +550,13 @@ async def test_ten_thousand_alerts_of_one_statement_go_out_whole_in_bounded_page
     assert peak < 1.5 * small_peak, (peak, small_peak)
 
 
-RACE_SECONDS = 60
+RACE_SECONDS = 40
 
 
 async def test_a_standard_eventsource_cut_at_random_while_eight_writers_race_loses_and_doubles_nothing(
     tmp_path: Path,
 ) -> None:
-    """A minute against scripts/dev: npm's `eventsource` (not our client) has its connection cut
+    """40 s against scripts/dev: npm's `eventsource` (not our client) has its connection cut
     after a random number of bytes — mid-frame as often as not — and reconnects by itself with
     its Last-Event-ID, while streams self-close every few seconds and eight writers insert alerts
     and notifications, holding each transaction open a random while and sometimes rolling back.

@@ -14,9 +14,9 @@ from tests.support.reliability import record
 from tests.support.servers import free_port
 from tests.support.soak import soak
 
-SECONDS = 45
-WARM_UP_S = 15
-GROWTH_LIMIT = 1_500_000  # bytes: a leak of 1 KB per connection would be about 2 MB here
+SECONDS = 30
+WARM_UP_S = 10
+GROWTH_LIMIT = 1_000_000  # bytes: a leak of 1 KB per connection would be about 1.4 MB here
 
 
 @pytest.mark.reliability
@@ -39,13 +39,12 @@ async def test_streams_that_drop_and_resume_for_a_while_lose_nothing_and_leave_n
         )
     lost, doubled = result.lost_and_doubled()
     record(
-        "kills",
-        f"{result.connections()} stream connections dropped and resumed",
-        entries=len(result.written),
-        lost=lost,
-        doubled=doubled,
+        "faults",
+        "stream connections dropped mid-stream and resumed by Last-Event-ID (60 streams, 10 alerts/s)",
+        injected=result.connections(),
+        recovered=result.connections() if (lost, doubled) == (0, 0) else 0,
     )
-    assert result.connections() > 1000 and len(result.written) > 300
+    assert result.connections() > 1000 and len(result.written) > 200
     assert (lost, doubled) == (0, 0)
     warmed, most = result.rss_growth_after(WARM_UP_S)
     assert most - warmed < GROWTH_LIMIT, (warmed, most, result.connections())
