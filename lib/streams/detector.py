@@ -11,7 +11,8 @@ and tells every stream process which channels advanced.
   named ``ermis-change-detector``, and every ``ERMIS_STREAM_DETECT_INTERVAL_MS`` (5 ms; up
   to ten times longer while writers are busy, ``next_round_in``) runs the positioner's rounds
   (``positioner``): rows committed since are positioned and the channels
-  that advanced are published on the bus; with nothing new a round is one probe of a partial
+  that advanced are published on the bus, with their new rows read once and shaped (``tails``:
+  the stream processes read them there, not in Postgres); with nothing new a round is one probe of a partial
   index — no lock, no transaction id, nothing to flush. A channel's advances are published at
   most once per window (``coalescing``: at once when quiet, up to 200 ms apart while busy), so
   a busy tenant costs each process that follows it a few messages a second. However many
@@ -47,7 +48,8 @@ from lib.runtime.process import PROCESS
 from lib.settings import get_settings, secret_or_none
 from lib.streams.bus import ChangeBus, lease_value
 from lib.streams.coalescing import CoalescingWindows
-from lib.streams.positioner import Advanced, position_committed
+from lib.streams.positioner import Advanced, merged, position_committed
+from lib.streams.tails import with_rows, without_rows
 
 psycopg = lazy_import("psycopg")
 
@@ -139,13 +141,13 @@ class ChangeDetector:
                 while wanted():
                     advanced, positioned = await position_committed(conn)
                     now = time.monotonic()
-                    for channel, head in advanced.items():
-                        if channel not in self._unsent:
-                            self._due[channel] = self._windows.fire_at(channel, now)
-                        self._unsent[channel] = head
+                    for channel in advanced.keys() - self._unsent.keys():
+                        self._due[channel] = self._windows.fire_at(channel, now)
+                    self._unsent = merged(self._unsent, advanced)
                     due = {channel: self._unsent[channel] for channel, at in self._due.items() if at <= now}
                     if due:
-                        await self.bus.publish_advanced(due, PROCESS)
+                        told = await with_rows(conn, due, await self.bus.followed(due))
+                        await self.bus.publish_advanced(told, PROCESS)
                         for channel in due:
                             del self._due[channel]
                             self._unsent.pop(channel, None)
@@ -161,7 +163,7 @@ class ChangeDetector:
             self.leading_since = None
             with contextlib.suppress(Exception):
                 if self._unsent:  # held in a window, or not taken: the next leader does not know of them
-                    await self.bus.publish_advanced(self._unsent, PROCESS)
+                    await self.bus.publish_advanced(without_rows(self._unsent), PROCESS)
                     self._unsent.clear()
             self._due = dict.fromkeys(self._unsent, 0.0)  # not taken: sent first when this process leads again
             with contextlib.suppress(Exception):
@@ -176,4 +178,4 @@ async def publish_advanced(bus: ChangeBus | None, advanced: Advanced) -> None:
     that misses it reads at its next change or tick."""
     if bus is not None:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(bus.publish_advanced(advanced, PROCESS), PUBLISH_WAIT_S)
+            await asyncio.wait_for(bus.publish_advanced(without_rows(advanced), PROCESS), PUBLISH_WAIT_S)

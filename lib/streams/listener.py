@@ -4,8 +4,10 @@ A change flows one way through ``lib/streams``: a row is written → its table's
 in the stream log (``lib.platform.activity``) → the change detector positions it after commit and
 publishes which channels advanced (``detector``, ``bus``) — ``alerts|<tenant>``,
 ``deliveries|<tenant>`` (failed ones only), ``review|<tenant>`` and ``review|*``,
-``drafts|<tenant>``, ``user|<user id>``: which audience changed, never the row → **this module**
-bumps that audience's version and starts the read each waiting stream will need → ``watch``
+``drafts|<tenant>``, ``user|<user id>`` — with the new rows, read once and shaped, where they fit
+→ **this module** keeps the rows told of the channels it follows (``tails``), bumps that
+audience's version and starts the read each waiting stream will need (answered from the tail
+when it covers the stream) → ``watch``
 hands the read to the stream waiting on it → the stream turns what was read into frames
 (``notifications``, ``feed``, ``story``) → ``sse`` writes them.
 
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
@@ -58,10 +61,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from lib.observability import log_server_error
-from lib.streams.bus import Delivery, Subscription, change_bus, close_change_bus
+from lib.streams.bus import ChangeBus, Delivery, Subscription, change_bus, close_change_bus
 from lib.streams.coalescing import CoalescingWindows
 from lib.streams.detector import ChangeDetector, publish_advanced, silence_limit_s
 from lib.streams.positioner import positioned_now
+from lib.streams.tails import ChannelTails
 
 COALESCE_S = 0.025
 MAX_COALESCE_S = 0.2
@@ -73,6 +77,15 @@ HEALTH = ("listener", "health")  # what a stream that waits on no key (polling) 
 AudienceKey = tuple[str, str]
 Started = tuple[Hashable, asyncio.Future[Any]]  # a read and the read key it was started under
 ReadAhead = tuple[Hashable, Callable[[], Started]]  # (share key, start): the read a change makes a stream do
+
+# Set while the listener starts the reads a change makes: they may read the channel tails it was
+# told (``tails``); every other read — connect, next page, tick, poll — reads Postgres.
+_for_a_change: contextvars.ContextVar[bool] = contextvars.ContextVar("ermis_read_for_a_change", default=False)
+
+
+def reading_for_a_change() -> bool:
+    """Whether the read being started was started by a change the bus told (``tails``)."""
+    return _for_a_change.get()
 
 
 def channel_name(key: AudienceKey) -> str:
@@ -110,6 +123,7 @@ class ChangeListener:
         self._unwatched_since: dict[AudienceKey, float] = {}  # keys still followed, no stream on them
         self._subscription: Subscription | None = None
         self.followed: set[str] = set()  # the channels Redis has confirmed this process follows
+        self.tails = ChannelTails()  # the rows the bus told of the channels followed (``tails``)
 
     # -- the streams' side ------------------------------------------------------------------
 
@@ -146,6 +160,7 @@ class ChangeListener:
             if now - since > LINGER_S:
                 del self._unwatched_since[key]
                 self.followed.discard(channel_name(key))
+                self.tails.forget(channel_name(key))
                 if self._subscription is not None:
                     self._subscription.unfollow(channel_name(key))
 
@@ -213,10 +228,13 @@ class ChangeListener:
             else:
                 by_share_key.setdefault(read_ahead[0], (read_ahead[1], []))[1].append(woken)
         for start, streams in by_share_key.values():
+            token = _for_a_change.set(True)
             try:
                 started: Started | None = start()
             except Exception:  # noqa: BLE001 - the streams read for themselves and report it
                 started = None
+            finally:
+                _for_a_change.reset(token)
             if started is None or started[1].done():
                 wake_all_with(streams, started)
             else:
@@ -228,10 +246,14 @@ class ChangeListener:
 
     def _received(self, delivery: Delivery) -> None:
         what, detail = delivery
-        if what == "following":
+        if what == "following":  # followed now: read what came before
             self.followed.add(detail)
-        if what in ("advanced", "following"):  # a channel moved, or is followed now: read it
             self._changed(detail)
+        elif what == "advanced":  # a channel moved: keep what was told of it, read it
+            channel, message = detail
+            if audience_key(channel) in self._key_watchers or audience_key(channel) in self._unwatched_since:
+                self.tails.told(channel, message)
+            self._changed(channel)
         elif "leading" in detail:
             self._detector_heard_at = time.monotonic()
         elif "released" in detail and self.detector is not None:
@@ -266,6 +288,7 @@ class ChangeListener:
             self._outage_reported = False
         if healthy != self.healthy:
             self.healthy = healthy
+            self.tails.clear()  # told over a subscription that is gone or new: what came between was not
             self.epoch += 1
             self.generation += 1
             self._wake_all()
@@ -304,7 +327,7 @@ class ChangeListener:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await detecting
 
-    async def _subscribe(self, bus: Any) -> None:
+    async def _subscribe(self, bus: ChangeBus) -> None:
         async with bus.subscription() as subscription:
             self._subscription = subscription
             for key in [*self._key_watchers, *self._unwatched_since]:
@@ -322,6 +345,7 @@ class ChangeListener:
             finally:
                 self._subscription = None
                 self.followed.clear()
+                self.tails.clear()
 
     def _judge_detector(self) -> None:
         silent_s = time.monotonic() - self._detector_heard_at

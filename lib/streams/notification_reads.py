@@ -10,37 +10,38 @@ as one channel of the stream log (``lib.platform.activity``) per kind (``channel
   platform reviewer (``super_admin``), and for anyone else the read is never issued;
 - notifications: the user's own.
 
-Reads are shared at two levels: a channel's page by every stream at the same position of it (a
-tenant's alerts by all its users, ``_start_kind_read``), and an audience's read of all its kinds
-by its streams at the same cursor and change (``start_audience_read``). Each row is validated by
-its contract and serialised once where it is shared (``Event.body``). A row that breaks its
-contract is dropped (reported), never sent half-formed; a row gone since it was logged is
-skipped. Only the newest read of each key is kept, so the pages of a burst are freed as they are
-passed.
+A read that a change made is answered from the rows the change detector told on the bus when
+they cover the stream's position (``tails``): a busy tenant's streams cost Postgres nothing per
+change, however many processes hold them. Other reads are shared at two levels: a channel's page
+by every stream at the same position of it (a tenant's alerts by all its users,
+``_start_kind_read``), and an audience's read of all its kinds by its streams at the same cursor
+and change (``start_audience_read``). Each row is validated by its contract and serialised once
+where it is shared (``events``). A row that breaks its contract is dropped (reported), never sent
+half-formed; a row gone since it was logged is skipped. Only the newest read of each key is kept,
+so the pages of a burst are freed as they are passed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 from lib.auth.roles import can_review_all_tenants, capability_allows
 from lib.auth.sessions import Session
-from lib.clock import iso_timestamp
-from lib.egress.destinations import redact_url
-from lib.lazy_imports import lazy_import
-from lib.observability import log_server_error
 from lib.platform import activity
-from lib.streams.listener import AudienceKey, audience_key, change_listener, positioned_before_read
+from lib.streams.events import SOURCES, KindPage, shaped
+from lib.streams.listener import (
+    AudienceKey,
+    audience_key,
+    change_listener,
+    positioned_before_read,
+    reading_for_a_change,
+)
 from lib.streams.positions import Cursor
 from lib.streams.shared_reads import SharedReads
-from lib.streams.sse import event_body
-
-pydantic = lazy_import("pydantic")
-stream_events = lazy_import("lib.contracts.stream_events")
 
 REPLAY_LIMIT = 20
 PAGE_SIZE = 200  # rows per kind per read: a frame chunk stays around 100 KB at most
@@ -66,108 +67,7 @@ def audience_for(session: Session) -> Audience:
     return Audience(session.user_id, session.tenant_scope_id, review_scope)
 
 
-@dataclass(frozen=True)
-class Event:
-    kind: str
-    row_id: str
-    position: int
-    payload: dict[str, Any]
-
-    @functools.cached_property
-    def body(self) -> bytes | None:
-        """The frame's event and data, serialised once for every stream that sends it."""
-        return event_body(self.kind, self.payload)
-
-
-def _alert(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "ruleId": row["rule_id"],
-        "storyId": row["story_id"],
-        "title": row["title"] or "",
-        "severity": row["severity"],
-        "channel": row["channel"],
-        "deliveredAt": iso_timestamp(row["at"]),
-    }
-
-
-def _review(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "storyId": row["story_id"],
-        "headline": row["headline"] or "",
-        "action": row["action"],
-        "tenantScopeId": row["tenant_scope_id"],
-        "changedAt": iso_timestamp(row["at"]),
-    }
-
-
-def _delivery(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "deliveryId": row["delivery_id"],
-        "tenant": row["tenant_scope_id"],
-        "method": row["method"],
-        "responseCode": row["response_code"],
-        # Rows logged before endpoints were stored redacted still show only scheme and host.
-        "endpoint": redact_url(row["endpoint"]),
-        "createdAt": iso_timestamp(row["at"]),
-    }
-
-
-def _notification(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "title": row["title"] or "",
-        "body": row["body"] or "",
-        "type": row["type"],
-        "read": row["read"],
-        "createdAt": iso_timestamp(row["at"]),
-    }
-
-
-# Each kind's row → payload; its contract is the kind's model in ``STREAM_EVENTS``.
-KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "alert.triggered": _alert,
-    "review.status.changed": _review,
-    "delivery.failed": _delivery,
-    "notification.created": _notification,
-}
 REPLAYED_KINDS = ("alert.triggered", "review.status.changed", "delivery.failed")
-SOURCES = {
-    "alert.triggered": activity.ALERTS,
-    "review.status.changed": activity.REVIEWS,
-    "delivery.failed": activity.DELIVERIES,
-    "notification.created": activity.NOTIFICATIONS,
-}
-
-
-def to_event(kind: str, position: int, row: dict[str, Any], initial: bool) -> Event | None:
-    """``row`` as an event of ``kind``, through its contract; ``None`` (reported) if it breaks it."""
-    contract = stream_events.STREAM_EVENTS[kind]
-    try:
-        payload = contract.model_validate({**KINDS[kind](row), "initial": initial}).model_dump()
-    except pydantic.ValidationError as error:
-        log_server_error(
-            "/api/notifications/events",
-            f"dropped a {kind} row that breaks its contract",
-            row=row["id"],
-            problems=str(error.error_count()),
-        )
-        return None
-    return Event(kind, str(row["id"]), position, payload)
-
-
-@dataclass(frozen=True)
-class KindPage:
-    """One read of one channel, shaped once for every stream that shares it: its events (rows
-    that are gone or break their contract are skipped), the position it read up to, the
-    channel's retention horizon, and whether there may be more (a full page)."""
-
-    events: list[Event]
-    head: int
-    pruned_through: int
-    full: bool
 
 
 @dataclass(frozen=True)
@@ -208,7 +108,14 @@ def _start_kind_read(
     kind: str, channel: str, after: int | None, limit: int, read_key: Hashable, window_s: float, initial: bool
 ) -> asyncio.Future[KindPage]:
     """One channel's read, shared by every stream (of every user) at the same position of it:
-    only the newest read of each is kept, so the pages of a burst are freed as they are passed."""
+    only the newest read of each is kept, so the pages of a burst are freed as they are passed.
+    A read a change made is answered from the rows the bus told (``tails``) when they cover it."""
+    if after is not None and reading_for_a_change():
+        told = change_listener().tails.page(channel, after, limit)
+        if told is not None:
+            done: asyncio.Future[KindPage] = asyncio.get_running_loop().create_future()
+            done.set_result(told)
+            return done
     source = SOURCES[kind]
 
     async def load() -> KindPage:
@@ -216,8 +123,7 @@ def _start_kind_read(
             read = await activity.latest_in_channel(source, channel, limit)
         else:
             read = await activity.after_in_channel(source, channel, after, limit)
-        events = (to_event(kind, position, row, initial) for position, row in read.rows if row is not None)
-        return KindPage([e for e in events if e is not None], read.head, read.pruned_through, read.full)
+        return shaped(kind, read, initial)
 
     mode = "latest" if after is None else "after"
     return shared_channel_reads.start((channel, mode, limit, initial), load, window_s, (after, read_key))

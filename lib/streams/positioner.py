@@ -28,7 +28,8 @@ import asyncio
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lib.db.pool import connection
 from lib.lazy_imports import lazy_import
@@ -40,16 +41,34 @@ psycopg_rows = lazy_import("psycopg.rows")
 
 ROUND_SIZE = 5000  # rows per round: a bulk import is positioned (and its commit flushed) in steps
 
-Advanced = dict[str, int]  # channel → its new head
+
+class Advance(NamedTuple):
+    """A channel's advance: the positions after ``after`` up to ``head`` are new (``after`` was
+    its head before; the rows between are exactly the channel's rows positioned meanwhile)."""
+
+    after: int
+    head: int
+
+    def then(self, later: Advance) -> Advance:
+        """This advance followed by ``later``: from this one's start to ``later``'s head."""
+        return Advance(self.after, later.head)
+
+
+Advanced = dict[str, Advance]  # channel → its advance
 
 
 async def position_round(conn: AsyncConnection[Any]) -> tuple[Advanced, int]:
     """One round on ``conn`` (autocommit): the channels it advanced, and how many rows it
     positioned (``ROUND_SIZE``: there may be more)."""
     async with conn.cursor(row_factory=psycopg_rows.tuple_row) as cursor:  # pooled connections make dicts
-        await cursor.execute("SELECT channel, head, moved FROM ermis_position_changes(%s)", (ROUND_SIZE,))
+        await cursor.execute("SELECT channel, head, moved, after FROM ermis_position_changes(%s)", (ROUND_SIZE,))
         rows = await cursor.fetchall()
-    return {row[0]: row[1] for row in rows}, sum(row[2] for row in rows)
+    return {row[0]: Advance(row[3], row[1]) for row in rows}, sum(row[2] for row in rows)
+
+
+def merged(earlier: Advanced, later: Advanced) -> Advanced:
+    """Two successive sets of advances as one."""
+    return {**earlier, **{c: earlier[c].then(a) if c in earlier else a for c, a in later.items()}}
 
 
 async def position_committed(conn: AsyncConnection[Any]) -> tuple[Advanced, int]:
@@ -59,33 +78,34 @@ async def position_committed(conn: AsyncConnection[Any]) -> tuple[Advanced, int]
     total = 0
     while True:
         moved_to, count = await position_round(conn)
-        advanced.update(moved_to)
+        advanced = merged(advanced, moved_to)
         total += count
         if count < ROUND_SIZE:
             return advanced, total
 
 
-async def unpositioned_lag() -> tuple[int, float | None]:
-    """Committed rows without a position, and the oldest one's age in seconds (``None``: none)."""
+@dataclass(frozen=True)
+class PositionLag:
+    """Where positioning stands: the last position drawn (the sequence's, without scanning the
+    log), the committed rows still without one, and the oldest of those's age in seconds
+    (``None``: none waits)."""
+
+    last_position: int
+    unpositioned: int
+    oldest_age_s: float | None
+
+
+async def position_lag() -> PositionLag:
+    """One query on one pooled connection (the operations console asks every few seconds)."""
     async with connection() as conn:
         cursor = await conn.execute(
-            "SELECT count(*) AS rows, extract(epoch FROM now() - min(logged_at))::float8 AS age"
+            "SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM stream_position_seq) AS last,"
+            " count(*) AS rows, extract(epoch FROM now() - min(logged_at))::float8 AS age"
             " FROM stream_changes WHERE position IS NULL"
         )
         row = await cursor.fetchone()
     assert row is not None
-    return row["rows"], row["age"]
-
-
-async def last_position() -> int:
-    """The last position drawn (the sequence's, without scanning the log)."""
-    async with connection() as conn:
-        cursor = await conn.execute(
-            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last FROM stream_position_seq"
-        )
-        row = await cursor.fetchone()
-    assert row is not None
-    return row["last"]
+    return PositionLag(row["last"], row["rows"], row["age"])
 
 
 class _Rounds:

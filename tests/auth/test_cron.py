@@ -30,6 +30,8 @@ def test_the_configured_bearer_is_authorized() -> None:
         f"Basic {TEST_CRON_SECRET}",
         TEST_CRON_SECRET,
     ],
+    # Named by shape: the secret is random per process, and parallel workers must collect alike.
+    ids=["absent", "empty", "bare-scheme", "suffixed", "truncated", "lowercase-scheme", "basic", "no-scheme"],
 )
 def test_anything_else_is_refused(presented: str | None) -> None:
     assert not is_authorized_cron_request(request_with_authorization(presented))

@@ -10,7 +10,7 @@ from lib.contracts.schemas import contract_schemas, schema_text
 from lib.contracts.stream_events import STREAM_EVENTS
 from lib.local.paths import PROJECT_ROOT
 from lib.queues.topics import RSS_QUEUE_TOPICS, WEBHOOK_DELIVERY_TOPIC
-from lib.streams.notification_reads import KINDS
+from lib.streams.events import KINDS
 from lib.streams.sse import CURSOR_EVENT, END_EVENT
 
 SCHEMAS = PROJECT_ROOT / "contracts" / "schemas"

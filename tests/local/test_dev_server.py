@@ -22,12 +22,10 @@ from tests.support.devserver import DevServer, dev_token, run_script, running_de
 
 @pytest.fixture(scope="module")
 def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
-    services_before = service_pids()
-    with running_dev_server(
-        tmp_path_factory.mktemp("dev-data"), "--cron-clock-start", "2026-01-01T02:59:45+00:00"
-    ) as server:
+    data_dir = tmp_path_factory.mktemp("dev-data")
+    with running_dev_server(data_dir, "--cron-clock-start", "2026-01-01T02:59:45+00:00") as server:
         yield server
-    leftovers = [psutil.Process(pid).cmdline() for pid in service_pids() - services_before]
+    leftovers = [psutil.Process(pid).cmdline() for pid in service_pids(data_dir)]
     assert leftovers == [], "embedded services outlived scripts/dev"
 
 

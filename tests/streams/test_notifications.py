@@ -280,8 +280,12 @@ async def test_a_member_sees_a_failed_webhook_by_scheme_and_host_only(
 
 
 async def test_a_tick_without_the_database_is_skipped_and_the_stream_goes_on(
-    db, stream_url: str, mint_token: Callable[..., str], database_url: str, capfd: pytest.CaptureFixture[str]
+    db, stream_url: str, mint_token: Callable[..., str], set_env, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    # Polling (no bus): every read is the stream's own, in Postgres. (Pushed, a change's rows come
+    # told by the detector, which reconnects by itself: the stream would never meet the outage.)
+    set_env(**LISTENERS["polled"])
+
     async def outage_then_event() -> None:
         await asyncio.sleep(0.6)
         # Every connection the stream's pool holds is cut, as in a database restart.

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lib.platform.activity import ALERTS, after_in_channel
-from lib.streams.positioner import ROUND_SIZE, position_committed, position_round, positioned_now, unpositioned_lag
+from lib.streams.positioner import ROUND_SIZE, Advance, position_committed, position_lag, position_round, positioned_now
 
 CHANNEL = "alerts|org_a"
 INSERT_ALERTS = (
@@ -60,16 +60,20 @@ async def test_a_round_positions_committed_rows_only_and_answers_the_heads(db, d
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
             advanced, moved = await position_round(conn)
             assert moved == 3 and advanced == {
-                "alerts|org_a": await position_of(db, "a2"),
-                "alerts|org_b": await position_of(db, "b1"),
+                "alerts|org_a": Advance(0, await position_of(db, "a2")),
+                "alerts|org_b": Advance(0, await position_of(db, "b1")),
             }
             assert await position_round(conn) == ({}, 0)  # nothing new: an empty round
-            assert (await unpositioned_lag())[0] == 0  # the open transaction's row is not committed
+            lag = await position_lag()  # the open transaction's row is not committed
+            assert lag.unpositioned == 0 and lag.last_position == await position_of(db, "b1")
             await open_writer.commit()
-            rows, age = await unpositioned_lag()
-            assert rows == 1 and age is not None and age >= 0
+            lag = await position_lag()
+            assert lag.unpositioned == 1 and lag.oldest_age_s is not None and lag.oldest_age_s >= 0
             advanced, moved = await position_round(conn)
-    assert moved == 1 and advanced == {"alerts|org_a": await position_of(db, "held")}
+    # The head before the round, read in the round's own statement: the channel's last position.
+    assert moved == 1 and advanced == {
+        "alerts|org_a": Advance(await position_of(db, "a2"), await position_of(db, "held"))
+    }
     read = await after_in_channel(ALERTS, CHANNEL, 0, 10)
     assert [row["id"] for _, row in read.rows] == ["a1", "a2", "held"]
 
@@ -79,7 +83,8 @@ async def test_a_burst_larger_than_a_round_is_positioned_whole_in_order(db, data
     await insert_alerts(db, ids)
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         advanced, positioned = await position_committed(conn)
-    assert advanced == {CHANNEL: await position_of(db, ids[-1])} and positioned == ROUND_SIZE + 7
+    # Two rounds told as one advance: from before the first to the end of the second.
+    assert advanced == {CHANNEL: Advance(0, await position_of(db, ids[-1]))} and positioned == ROUND_SIZE + 7
     read = await after_in_channel(ALERTS, CHANNEL, 0, ROUND_SIZE + 10)
     assert [row["id"] for _, row in read.rows] == ids
 

@@ -3,6 +3,7 @@ its output captured line by line, stopped with SIGTERM, and checked for leftover
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -65,16 +66,22 @@ def script_env(data_dir: Path, port: int, **extra: str) -> dict[str, str]:
     return env
 
 
-def service_pids() -> set[int]:
+def service_pids(under: Path) -> set[int]:
     """Running database daemons (a postmaster or redis-server detached to init), not backends,
-    and not the zombies a container's init may leave unreaped."""
-    return {
-        proc.pid
-        for proc in psutil.process_iter(["name", "ppid", "status"])
-        if proc.info["name"] in SERVICE_PROCESS_NAMES
-        and proc.info["ppid"] == 1
-        and proc.info["status"] != psutil.STATUS_ZOMBIE
-    }
+    and not the zombies a container's init may leave unreaped, whose data is ``under`` a
+    directory (by their working directory or arguments: other tests run beside this one)."""
+    pids = set()
+    for proc in psutil.process_iter(["name", "ppid", "status", "cmdline"]):
+        if (
+            proc.info["name"] not in SERVICE_PROCESS_NAMES
+            or proc.info["ppid"] != 1
+            or proc.info["status"] == psutil.STATUS_ZOMBIE
+        ):
+            continue
+        with contextlib.suppress(psutil.Error):
+            if str(under) in proc.cwd() or any(str(under) in arg for arg in proc.info["cmdline"] or ()):
+                pids.add(proc.pid)
+    return pids
 
 
 @contextmanager

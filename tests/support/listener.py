@@ -35,6 +35,7 @@ async def settled(*watches: ChangeWatch) -> None:
     listener = change_listener()
     wanted = {channel_name(key) for watch in watches for key in watch.keys}
     assert await eventually(lambda: asyncio.sleep(0, result=wanted <= listener.followed), timeout_s=10)
-    await asyncio.sleep(0.05)  # the follows' own wakes, coalesced, are past
+    # The follows' own wakes (one per key, coalesced) have fired: none is still scheduled.
+    assert await eventually(lambda: asyncio.sleep(0, result=not listener._pending), timeout_s=10)
     for watch in watches:
         watch.read_key()
