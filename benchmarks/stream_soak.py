@@ -55,6 +55,10 @@ def main() -> None:
         f"resident memory after the warm-up: {warmed / 1e6:.1f} MB; highest after it: {most / 1e6:.1f} MB"
         f" (+{(most - warmed) / 1e6:.2f} MB, {(most - warmed) / max(1, connections):.0f} bytes per connection)"
     )
+    # The curve, a sample a minute: growth without bound climbs; a plateau (the allocator's
+    # arenas, bounded caches) does not.
+    by_minute = {int(at // 60): rss for at, rss in result.rss}
+    print("resident memory by minute: " + ", ".join(f"{m}: {rss / 1e6:.1f}" for m, rss in sorted(by_minute.items())))
 
 
 if __name__ == "__main__":
