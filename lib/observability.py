@@ -3,7 +3,8 @@
 ``log_server_error`` is the spec's ``logServerError``: crons, queue consumers and
 after-response work all report through it. Sentry is initialised lazily on the first report
 (no import-time cost for a cold start) and once per DSN. Every configured secret is redacted
-from the message and the fields before anything leaves the process.
+from the message and the fields before anything leaves the process, and Sentry is sent no
+frame's local variables (whatever a failing function held: a signing key, a payload).
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ def ensure_sentry() -> bool:
             sentry_sdk.init(
                 dsn=dsn,
                 default_integrations=False,
+                # The SDK would send every frame's local variables with an exception: a tenant's
+                # webhook signing key, a signature, a raw queue payload, whatever was in scope.
+                # The message, the stack and the fields given here are what an error report needs.
+                include_local_variables=False,
                 before_send=_redact_sentry_event,
             )
             _sentry_dsn_in_use = dsn

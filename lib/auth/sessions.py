@@ -44,11 +44,25 @@ class Session:
     claims: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
+def bearer_token(request: Request) -> str | None:
+    """The credentials of an ``Authorization: Bearer <token>`` header, if the request has one."""
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" and credentials.strip() else None
+
+
+def is_cookie_authenticated(request: Request) -> bool:
+    """Whether the session cookie is what authenticates the request: it carries the cookie and
+    no Bearer token. Any other ``Authorization`` — ``Basic`` or ``Negotiate`` credentials a
+    browser attaches by itself to a cross-site form, a malformed header — leaves the cookie in
+    charge (``session_token_from``), so it is checked like a cookie (``lib.http.same_origin``)."""
+    return SESSION_COOKIE in request.cookies and bearer_token(request) is None
+
+
 def session_token_from(request: Request) -> str | None:
-    authorization = request.headers.get("authorization", "")
-    scheme, _, credentials = authorization.partition(" ")
-    if scheme.lower() == "bearer" and credentials.strip():
-        return credentials.strip()
+    """The session token: the Bearer token, else the ``__session`` cookie."""
+    token = bearer_token(request)
+    if token is not None:
+        return token
     cookie = request.cookies.get(SESSION_COOKIE)
     return cookie.strip() if cookie and cookie.strip() else None
 

@@ -5,10 +5,12 @@ hostile page makes: a form ``POST``, ``fetch(url, {mode: "no-cors", method: "POS
 ``navigator.sendBeacon`` — the CORS-simple requests that need no preflight, sent with any of
 the three simple content types. ``SameSite=Lax`` does not stop a sibling subdomain. So:
 
-- a request is *cookie-authenticated* when it carries the session cookie and no
-  ``Authorization`` header. A page cannot add that header without a CORS preflight, which no
-  route here grants, so a bearer client (a script, ``curl``, the queue, the cron) is never
-  checked;
+- a request is *cookie-authenticated* when it carries the session cookie and no Bearer token
+  (``lib.auth.sessions.is_cookie_authenticated``, the one definition the session reader
+  follows too). A page cannot add a Bearer header without a CORS preflight, which no route
+  here grants, so a bearer client (a script, ``curl``, the queue, the cron) is never checked;
+  ``Basic`` or ``Negotiate`` credentials, which a browser attaches to a cross-site form by
+  itself, and malformed headers are checked like the cookie they leave in charge;
 - a cookie-authenticated request with any method but GET, HEAD or OPTIONS — one that changes
   state or runs work — runs only when it comes from the site itself. With an ``Origin``, that
   origin must be the request's own or one of ``ERMIS_ALLOWED_ORIGINS`` (``Origin: null``, sent
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from lib.auth.sessions import SESSION_COOKIE
+from lib.auth.sessions import is_cookie_authenticated
 from lib.http.errors import ApiError
 from lib.settings import get_settings
 
@@ -49,10 +51,6 @@ def own_origin(request: Request) -> str:
         scheme = headers.get("x-forwarded-proto", scheme).split(",")[0].strip()
         host = headers.get("x-forwarded-host", host).split(",")[0].strip()
     return f"{scheme}://{host}".lower()
-
-
-def is_cookie_authenticated(request: Request) -> bool:
-    return SESSION_COOKIE in request.cookies and "authorization" not in request.headers
 
 
 def check_same_origin(request: Request) -> None:

@@ -53,14 +53,6 @@ class SharedReads:
             future.add_done_callback(lambda done: self._evict_if_failed(key, done))
         return future
 
-    def latest(self, key: Hashable) -> Any:
-        """The result of the newest read of ``key`` if it is done and did not fail, else ``None``:
-        what a new read of it may build on."""
-        entry = self._entries.get(key)
-        if entry is None or not entry[2].done() or entry[2].cancelled() or entry[2].exception() is not None:
-            return None
-        return entry[2].result()
-
     async def read(self, key: Hashable, loader: Loader, window_s: float) -> Any:
         return await asyncio.shield(self.start(key, loader, window_s))
 

@@ -3,7 +3,9 @@
 Every method of every function, sent with a signed-in super admin's cookie the ways a hostile
 page can send it without a preflight — a form or ``no-cors`` fetch from another site, a sibling
 subdomain, a sandboxed frame (``Origin: null``), a browser that names no ``Origin`` but says
-``Sec-Fetch-Site: cross-site`` — in each of the three CORS-simple content types: every unsafe
+``Sec-Fetch-Site: cross-site``, one with ``Basic`` or ``Negotiate`` credentials the browser
+attached by itself or a broken ``Authorization`` header — in each of the three CORS-simple
+content types: every unsafe
 method is 403 ``cross_origin_refused`` and nothing ran (every table and Redis are unchanged,
 so no cron job, no flag, no dead letter, no queue message). The same requests from the site's
 own origin, from a configured allowed origin and from bearer clients are not refused.
@@ -33,6 +35,15 @@ HOSTILE_SENDERS = {
     "a sandboxed frame (Origin: null)": {"origin": "null", "sec-fetch-site": "cross-site"},
     "no Origin, Sec-Fetch-Site: cross-site": {"sec-fetch-site": "cross-site"},
     "no Origin and no Sec-Fetch-Site": {},
+    # Credentials a browser attaches by itself (a staging site's basic auth, Kerberos) or a
+    # broken header: the cookie still authenticates the request, so it is checked.
+    "another site, with the browser's Basic credentials": {
+        "origin": "https://evil.example",
+        "sec-fetch-site": "cross-site",
+        "authorization": "Basic c3RhZ2luZzpzdGFnaW5n",
+    },
+    "another site, with Negotiate credentials": {"origin": "https://evil.example", "authorization": "Negotiate YIIB"},
+    "another site, a Bearer header without a token": {"origin": "https://evil.example", "authorization": "Bearer  "},
 }
 SIMPLE_BODIES = {
     "text/plain": '{"action": "delete", "source": "queue", "ids": ["1"], "reason": "x"}',

@@ -33,6 +33,7 @@ SECURITY = Report(
         "connections": ("Slow, idle and malformed connections", ["tried", "bad"]),
         "streams": ("Streams held open past the caps", ["tried", "bad"]),
         "outbound": ("Outbound requests a tenant can aim (webhooks and feeds)", ["tried", "bad"]),
+        "error reports": ("Errors reported to Sentry next to secrets", ["tried", "bad"]),
     },
 )
 record = SECURITY.record
