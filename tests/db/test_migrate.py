@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import psycopg
 import pytest
 from psycopg import sql
@@ -30,7 +32,9 @@ CONTRACT_COLUMNS = {
 
 @pytest.fixture
 def fresh_database(database_url: str):
-    name = "ermis_migrate_check"
+    # The process's own name: two suites on one server (a CI run beside a local one) must not
+    # drop each other's database mid-test.
+    name = f"ermis_migrate_check_{os.getpid()}"
     admin_url = psycopg.conninfo.make_conninfo(database_url, dbname="postgres")
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
