@@ -32,7 +32,7 @@ def main() -> None:
         claims = {"sub": "user_soak", "org_id": "org_soak", "org_role": "org:owner"}
         token = mint_session_token(private_pem, claims, 7200)
         port = free_port()
-        with serve_processes([port], ERMIS_STREAMS_PER_USER="100", ERMIS_SSE_MAX_DURATION_S="3600") as processes:
+        with serve_processes([port], ERMIS_STREAMS_PER_USER="100", ERMIS_SSE_MAX_DURATION_S="290") as processes:
             result = asyncio.run(
                 soak(
                     processes[port].pid,

@@ -120,6 +120,8 @@ def _delays(raw: str) -> tuple[float, ...]:
     return delays
 
 
+MAX_STREAM_DURATION_S = 290.0  # the longest self-close the spec sets (the story stream's)
+
 # Like Stripe's: about three days, the gaps growing from a minute to twelve hours (11 retries).
 DEFAULT_WEBHOOK_RETRY_SCHEDULE_S = (60.0, 300.0, 1800.0, 3600.0, 10_800.0, 21_600.0) + (43_200.0,) * 5
 
@@ -175,7 +177,14 @@ class Settings:
     ermis_trust_forwarded_headers: bool = _boolean(False)
 
     ermis_sse_poll_interval_ms: int | None = _integer(None)
-    ermis_sse_max_duration_s: float | None = _number(None)
+    # Below the stream functions' maxDuration (vercel.json: 300 s), so a stream always ends
+    # itself, with its end frame, before the platform cuts it.
+    ermis_sse_max_duration_s: float | None = _Setting(
+        float,
+        None,
+        f"a number above 0 and at most {MAX_STREAM_DURATION_S:g} (the stream functions' maxDuration is 300 s)",
+        check=lambda v: 0 < v <= MAX_STREAM_DURATION_S,
+    )
     ermis_sse_safety_poll_s: float = _number(60.0, above=0)
     ermis_streams_per_user: int = _integer(12, minimum=1)
     ermis_streams_per_tenant: int = _integer(500, minimum=1)

@@ -79,7 +79,9 @@ export interface StreamCursor {}
 /**
  * The data of the `stream.end` server-sent event.
  */
-export interface StreamEnd {}
+export interface StreamEnd {
+  reason?: "token_expired" | null;
+}
 
 /**
  * The data of the `stream.reset` server-sent event.

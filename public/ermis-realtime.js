@@ -31,6 +31,7 @@ const STOP_FOR_GOOD = new Set([401, 403, 404]);
 const CLOSED = 2; // EventSource.CLOSED: the server refused the connection; EventSource will not retry
 const RETRY_FIRST_MS = 1000;
 const RETRY_MAX_MS = 300000;
+const SESSION_REFRESH_RETRIES = 3; // 401s tried again after a stream ended with its session's token
 
 function parseJson(raw) {
   try {
@@ -218,7 +219,10 @@ export function broadcastElection(name, onLead, onDemote) {
 export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSource, fetchImpl = globalThis.fetch) {
   if (typeof EventSourceImpl !== 'function') return EventSourceImpl;
   const check = eventChecker();
-  const control = (name, handle) => (event) => check(name, parseJson(event.data)) && handle(event);
+  const control = (name, handle) => (event) => {
+    const data = check(name, parseJson(event.data));
+    if (data) handle(event, data);
+  };
   return class ResumingEventSource {
     constructor(url, init) {
       this.url = url;
@@ -229,6 +233,7 @@ export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSourc
       this.listeners = new Map();
       this.source = null;
       this.refusals = 0;
+      this.sessionEnded = false; // the last stream ended with its session's token (`stream.end`)
       this.retryTimer = null;
       this.closed = false;
       this.connect(url);
@@ -242,6 +247,7 @@ export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSourc
       this.source = new EventSourceImpl(url, this.init);
       this.source.onopen = (event) => {
         this.refusals = 0;
+        this.sessionEnded = false;
         if (this.onopen) this.onopen(event);
       };
       this.source.onerror = (event) => {
@@ -254,7 +260,8 @@ export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSourc
       );
       this.source.addEventListener(
         END_EVENT,
-        control(END_EVENT, () => {
+        control(END_EVENT, (event, data) => {
+          this.sessionEnded = data.reason === 'token_expired';
           this.source.close();
           this.connect(withLastEventId(this.url, this.lastEventId));
         }),
@@ -289,7 +296,7 @@ export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSourc
       } catch {
         // Unreachable: retry after the backoff.
       }
-      if (this.closed || (response && (response.status === 204 || STOP_FOR_GOOD.has(response.status)))) return;
+      if (this.closed || (response && (response.status === 204 || this.refusedForGood(response.status)))) return;
       const backoff = Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** this.refusals) * (0.5 + Math.random() / 2);
       const retryAfter = response ? Number(response.headers.get('retry-after')) * 1000 || 0 : 0;
       this.refusals += 1;
@@ -297,6 +304,14 @@ export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSourc
         this.retryTimer = null;
         if (!this.closed) this.connect(withLastEventId(this.url, this.lastEventId));
       }, Math.max(backoff, retryAfter));
+    }
+
+    // A 401 just after the session's token expired is the page's auth not having refreshed the
+    // cookie yet (Clerk refreshes it before expiry, but a throttled tab may be late): tried
+    // again a few times before the stream is left to its polling fallback.
+    refusedForGood(status) {
+      if (status === 401 && this.sessionEnded && this.refusals < SESSION_REFRESH_RETRIES) return false;
+      return STOP_FOR_GOOD.has(status);
     }
 
     close() {

@@ -12,6 +12,7 @@ that is neither makes the session invalid (401).
 
 from __future__ import annotations
 
+import time
 import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -42,6 +43,15 @@ class Session:
     org_role: str | None
     platform_role: str | None
     claims: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def verifies_for_s(self) -> float | None:
+        """Seconds until the token stops verifying — its ``exp`` plus the leeway the check
+        allows — or ``None`` for claims without one: what a stream opened with it lives at most
+        (``lib.streams.limits``)."""
+        expires = self.claims.get("exp")
+        if not isinstance(expires, int | float) or isinstance(expires, bool):
+            return None
+        return expires + LEEWAY_SECONDS - time.time()
 
 
 def bearer_token(request: Request) -> str | None:

@@ -84,7 +84,12 @@ class StreamReset(_Payload):
 
 
 class StreamEnd(_Payload):
-    """The stream ends as planned; reconnect at once from the last id."""
+    """The stream ends as planned; reconnect at once from the last id. ``token_expired``: its
+    session's token expired (the stream lives no longer than the session that opened it), so
+    the reconnect needs the fresh session the page's auth keeps in the cookie; no reason: its
+    self-close or the server stopping."""
+
+    reason: Literal["token_expired"] | None = None
 
 
 STREAM_EVENTS: dict[str, type[BaseModel]] = {

@@ -64,7 +64,7 @@ from lib.local.services import (
     ensure_port_free,
     free_port,
 )
-from lib.settings import get_settings
+from lib.settings import Settings, SettingsError, get_settings
 from lib.streams.sse import open_streams
 
 
@@ -261,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     started: list[EmbeddedPostgres | EmbeddedRedis] = []
     try:
         ensure_port_free(args.host, args.port)
+        Settings()  # a setting out of its bounds is refused now, not at the first request
         data_dir().mkdir(parents=True, exist_ok=True)
         _say("ErmisAI functions, local runtime")
         dev_private_key = prepare_secrets()
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 get_settings.cache_clear()
             asyncio.run(serve(args.host, args.port, args.cron_clock_start, upstash_port, queue, dev_private_key))
-    except ServiceStartError as error:
+    except (ServiceStartError, SettingsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

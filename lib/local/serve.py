@@ -23,6 +23,7 @@ import urllib.request
 from lib.bundle import PROJECT_ROOT
 from lib.local.connections import server_config
 from lib.local.server import HEALTH_PATH, Server, VercelRouter
+from lib.settings import SettingsError, get_settings
 
 REQUIRED = ("DATABASE_URL", "CLERK_JWT_KEY")
 
@@ -38,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     missing = [name for name in REQUIRED if not os.environ.get(name)]
     if missing:
         print(f"error: {', '.join(missing)} must be set (scripts/serve starts no services of its own)", file=sys.stderr)
+        return 1
+    try:
+        get_settings()  # a setting out of its bounds is refused now, not at the first request
+    except SettingsError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 1
     router = VercelRouter(PROJECT_ROOT)
     print(f"serving {len(router.routes)} functions on http://{args.host}:{args.port}", flush=True)

@@ -173,4 +173,4 @@ async def limited_stream(request: Request, session: Session, name: str, frames: 
     if request.method == "HEAD":
         await slot.release()
         return EventStreamResponse(name, frames)
-    return EventStreamResponse(name, frames, on_end=slot.release)
+    return EventStreamResponse(name, frames, on_end=slot.release, session_s=session.verifies_for_s())

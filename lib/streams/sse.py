@@ -28,6 +28,14 @@ A stream that ends as planned (its self-close, the server stopping)
 sends ``stream.end`` last, without an id: ``ermis-realtime.js`` reconnects at once from its last
 id instead of reporting an outage and waiting ``retry``; a client that ignores the event
 reconnects after ``retry`` as EventSource always does. A disconnect or a HEAD gets no such frame.
+
+A stream lives no longer than the session that opened it: the response is given the seconds
+its token still verifies (``Session.verifies_for_s``), and when they run out before the stream
+ends it is stopped as a disconnect stops it (its ``finally`` blocks run; a frame is never cut,
+as each is one ``send``) and ends with ``stream.end`` ``{"reason": "token_expired"}``: the
+client reconnects at once with the session the page's auth has refreshed in the cookie, from
+its last id. So a user removed from a tenant, or a demoted operator, stops receiving its events
+when the token that said otherwise expires (Clerk's last a minute), not at the self-close.
 """
 
 from __future__ import annotations
@@ -107,11 +115,12 @@ def cursor_body() -> bytes:
 
 
 @cache
-def end_frame() -> bytes:
-    """The last frame of a stream that ends as planned (its self-close, the server stopping): no
-    id, so the client's last id stays; ermis-realtime.js reconnects at once instead of reporting
-    an error."""
-    return sse_starlette.ServerSentEvent(data=stream_events.StreamEnd().model_dump_json(), event=END_EVENT).encode()
+def end_frame(reason: str | None = None) -> bytes:
+    """The last frame of a stream that ends as planned (its self-close, the server stopping; its
+    session's expiry, ``reason``): no id, so the client's last id stays; ermis-realtime.js
+    reconnects at once instead of reporting an error."""
+    data = stream_events.StreamEnd.model_validate({"reason": reason}).model_dump_json(exclude_none=True)
+    return sse_starlette.ServerSentEvent(data=data, event=END_EVENT).encode()
 
 
 @cache
@@ -156,16 +165,21 @@ class _EndsOnDisconnect:
 
 
 class EventStreamResponse(Response):
-    """``text/event-stream`` of ``frames`` (bytes) until they end or the client goes; HEAD
+    """``text/event-stream`` of ``frames`` (bytes) until they end, the client goes or
+    ``session_s`` (the seconds its session still verifies, ``None``: unbounded) run out; HEAD
     gets the headers only. Counted in ``open_streams`` under ``name`` while it runs; ``on_end``
     (the stream's slot release, ``lib.streams.limits``) is awaited when it stops, however it stops."""
 
     media_type = "text/event-stream"
 
     def __init__(
-        self, name: str, frames: AsyncIterator[bytes], on_end: Callable[[], Awaitable[None]] | None = None
+        self,
+        name: str,
+        frames: AsyncIterator[bytes],
+        on_end: Callable[[], Awaitable[None]] | None = None,
+        session_s: float | None = None,
     ) -> None:
-        self.name, self.frames, self.on_end = name, frames, on_end
+        self.name, self.frames, self.on_end, self.session_s = name, frames, on_end, session_s
         self.status_code, self.background = 200, None
         self.init_headers({**SSE_HEADERS, "X-Ermis-Process": PROCESS_TAG})  # which process: the demo shows it
 
@@ -174,15 +188,21 @@ class EventStreamResponse(Response):
         async with contextlib.aclosing(self.frames) as frames:
             if scope["method"] != "HEAD":
                 open_streams[self.name] += 1
+                session = asyncio.timeout(None if self.session_s is None else max(0.0, self.session_s))
+                reason = None
                 try:
-                    async with _EndsOnDisconnect(receive) as connection:
+                    async with _EndsOnDisconnect(receive) as connection, session:
                         async for frame in frames:
                             await send({"type": "http.response.body", "body": frame, "more_body": True})
+                except TimeoutError:
+                    if not session.expired():
+                        raise
+                    reason = "token_expired"
                 finally:
                     open_streams[self.name] -= 1
                     if self.on_end is not None:
                         await self.on_end()
                 if connection.disconnected:
                     return
-                await send({"type": "http.response.body", "body": end_frame(), "more_body": True})
+                await send({"type": "http.response.body", "body": end_frame(reason), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})

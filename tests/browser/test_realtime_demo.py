@@ -11,11 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.support.browser import OUTPUT
+from tests.support.browser import OUTPUT, record_badge_changes
 from tests.support.devserver import DevServer, dev_token, running_dev_server
 
 STREAM_ENV = {"ERMIS_SSE_POLL_INTERVAL_MS": "300"}
@@ -36,22 +35,15 @@ def open_demo(browser: Browser, server: DevServer, query: str = "", **claims: st
     return page
 
 
-def execute(server: DevServer, sql: str, params: tuple = ()) -> None:
-    with psycopg.connect(server.database_url, autocommit=True) as conn:
-        conn.execute(sql, params)
-
-
 def test_rows_written_to_postgres_appear_on_the_page(browser: Browser, dev_server: DevServer) -> None:
     page = open_demo(browser, dev_server, sub="user_owner", org_id="org_live", org_role="org:owner")
     expect(page.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=15_000)
     expect(page.get_by_test_id("feed-status")).to_have_text("streaming")
-    execute(
-        dev_server,
+    dev_server.execute(
         "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
         " VALUES ('alert-live-1', 'org_live', 'r', 's', 'Earthquake in Chile', 'critical', 'in-app')",
     )
-    execute(
-        dev_server,
+    dev_server.execute(
         "INSERT INTO editorial_story_drafts (id, tenant_scope_id, story_id, headline, status, phase)"
         " VALUES ('org_live:s-1', 'org_live', 's-1', 'Quake', 'review', 'synthesized')",
     )
@@ -62,8 +54,7 @@ def test_rows_written_to_postgres_appear_on_the_page(browser: Browser, dev_serve
 
 
 def test_the_rest_polling_flag_settles_into_polling(browser: Browser, dev_server: DevServer) -> None:
-    execute(
-        dev_server,
+    dev_server.execute(
         "INSERT INTO feature_flag_values (flag_key, tenant_scope_id, enabled)"
         " VALUES ('notificationsRestPolling', 'org_poll', true)",
     )
@@ -80,8 +71,7 @@ def test_the_feed_keeps_updating_with_eventsource_broken(browser: Browser, dev_s
     )
     expect(page.get_by_test_id("feed-status")).to_have_text("polling", timeout=15_000)
     expect(page.get_by_test_id("feed-count")).to_have_text("0", timeout=10_000)
-    execute(
-        dev_server,
+    dev_server.execute(
         "INSERT INTO editorial_story_drafts (id, tenant_scope_id, story_id, headline, status, phase)"
         " VALUES ('org_feed:s-9', 'org_feed', 's-9', 'Polled', 'review', 'synthesized')",
     )
@@ -89,15 +79,14 @@ def test_the_feed_keeps_updating_with_eventsource_broken(browser: Browser, dev_s
 
 
 def test_a_story_stream_follows_changes_and_stops_on_404(browser: Browser, dev_server: DevServer) -> None:
-    execute(
-        dev_server,
+    dev_server.execute(
         "INSERT INTO editorial_story_drafts (id, tenant_scope_id, story_id, headline, status, phase)"
         " VALUES ('org_story:s-7', 'org_story', 's-7', 'Story', 'review', 'synthesized')",
     )
     page = open_demo(browser, dev_server, "&story=s-7", sub="user_story", org_id="org_story", org_role="org:member")
     expect(page.get_by_test_id("story-status")).to_have_text("streaming", timeout=15_000)
     expect(page.get_by_test_id("story-phase")).to_have_text("synthesized / review")
-    execute(dev_server, "UPDATE editorial_story_drafts SET status = 'published' WHERE id = 'org_story:s-7'")
+    dev_server.execute("UPDATE editorial_story_drafts SET status = 'published' WHERE id = 'org_story:s-7'")
     expect(page.get_by_test_id("story-phase")).to_have_text("synthesized / published", timeout=10_000)
 
     missing = open_demo(browser, dev_server, "&story=nope", sub="user_story", org_id="org_story", org_role="org:member")
@@ -210,8 +199,7 @@ def test_three_tabs_share_one_connection_per_stream_and_lose_nothing_on_hand_ove
 
     def alert(number: int, title: str) -> str:
         alert_id = f"tabs-{election}-{number}"
-        execute(
-            dev_server,
+        dev_server.execute(
             "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
             " VALUES (%s, %s, 'r', %s, %s, 'warning', 'in-app')",
             (alert_id, tenant, alert_id, title),
@@ -245,17 +233,10 @@ def test_a_stream_that_self_closes_stays_live_and_loses_nothing(browser: Browser
         requests: list[str] = []
         page.on("request", lambda request: requests.append(request.url.split("?")[0].removeprefix(server.url)))
         expect(page.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=15_000)
-        page.evaluate(
-            """() => {
-              window.statuses = [];
-              const badge = document.querySelector('[data-testid="notifications-status"]');
-              new MutationObserver(() => window.statuses.push(badge.textContent)).observe(badge, { childList: true });
-            }"""
-        )
+        record_badge_changes(page)
 
         def write_alert(alert_id: str) -> None:
-            execute(
-                server,
+            server.execute(
                 "INSERT INTO alert_history (id, tenant_scope_id, rule_id, story_id, title, severity, channel)"
                 " VALUES (%s, 'org_end', 'r', %s, 'Across a reconnect', 'warning', 'in-app')",
                 (alert_id, alert_id),

@@ -25,7 +25,7 @@ async def test_streams_that_drop_and_resume_for_a_while_lose_nothing_and_leave_n
 ) -> None:
     port = free_port()
     token = mint_token(sub="user_soak", org_id="org_soak", org_role="org:owner", ttl_seconds=600)
-    with serve_processes([port], ERMIS_STREAMS_PER_USER="100", ERMIS_SSE_MAX_DURATION_S="600") as processes:
+    with serve_processes([port], ERMIS_STREAMS_PER_USER="100", ERMIS_SSE_MAX_DURATION_S="290") as processes:
         result = await soak(
             processes[port].pid,
             port,

@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 from lib.local.paths import PROJECT_ROOT
 
@@ -30,3 +30,15 @@ def chromium() -> Iterator[Browser]:
             yield launched
         finally:
             launched.close()
+
+
+def record_badge_changes(page: Page, test_id: str = "notifications-status") -> None:
+    """From now on, every text the badge ``test_id`` shows is pushed to ``window.statuses``."""
+    page.evaluate(
+        """(testId) => {
+          window.statuses = [];
+          const badge = document.querySelector(`[data-testid="${testId}"]`);
+          new MutationObserver(() => window.statuses.push(badge.textContent)).observe(badge, { childList: true });
+        }""",
+        test_id,
+    )

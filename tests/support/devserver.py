@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import psycopg
 
 from lib.local.paths import PROJECT_ROOT
 from lib.local.services import free_port
@@ -54,6 +55,11 @@ class DevServer:
             if match := regex.search(line):
                 return match
         raise AssertionError(f"no line matching {pattern!r}; output so far:\n" + "\n".join(self.seen))
+
+    def execute(self, sql: str, params: tuple = ()) -> None:
+        """One statement on the server's database (autocommit): a row written as a writer would."""
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            conn.execute(sql, params)
 
 
 def script_env(data_dir: Path, port: int, **extra: str) -> dict[str, str]:
