@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from lib.http.security_headers import SECURITY_HEADERS
 from lib.local.paths import PROJECT_ROOT
 from lib.local.routing import discover_routes, resolve
 from lib.streams.feed import FEED_MAX_DURATION_S
@@ -92,3 +93,10 @@ def test_every_api_file_is_reachable_and_exposes_only_app(file: str) -> None:
     } | {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     assert "app" in bound, f"{file} must define a top-level `app`"
     assert "handler" not in bound, f"{file} must not bind `handler` (Vercel would take it for a BaseHTTPRequestHandler)"
+
+
+def test_every_path_gets_the_security_headers_the_functions_send() -> None:
+    """What Vercel serves itself (``public/``) carries the headers the function apps add to
+    theirs (``lib.http.security_headers``): one entry, for every path."""
+    assert [entry["source"] for entry in CONFIG["headers"]] == ["/(.*)"]
+    assert {item["key"]: item["value"] for item in CONFIG["headers"][0]["headers"]} == SECURITY_HEADERS

@@ -7,7 +7,8 @@
 - unknown path → 404 JSON, method not served → 405 JSON with ``Allow``;
 - any exception that escapes a handler → reported once, typed 500 JSON (never a traceback);
   an exception after a streaming response started is reported and the stream closed;
-- ``run_after_response`` and the invocation memo work inside every request.
+- ``run_after_response`` and the invocation memo work inside every request;
+- every response, errors included, carries the bundle's security headers (``security_headers``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lib.http.errors import error_response, internal_error_response
 from lib.http.request_limits import DEFAULT_MAX_BODY_BYTES, RequestLimitsMiddleware
+from lib.http.security_headers import SecurityHeadersMiddleware
 from lib.observability import log_server_error
 from lib.runtime.after_response import AfterResponseMiddleware
 from lib.runtime.invocation import InvocationMemoMiddleware
@@ -74,6 +76,7 @@ def function_app(*routes: BaseRoute, max_body_bytes: int = DEFAULT_MAX_BODY_BYTE
     return Starlette(
         routes=list(routes),
         middleware=[
+            Middleware(SecurityHeadersMiddleware),
             Middleware(InvocationMemoMiddleware),
             Middleware(AfterResponseMiddleware),
             Middleware(TypedServerErrorMiddleware),

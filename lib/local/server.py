@@ -11,8 +11,10 @@ otherwise), never a hidden file or one outside ``public/`` however the path was 
 ``HEALTH_PATH`` answers 200 JSON once every function imported, and touches no service: the
 load balancer's and the container's health check, which must not fail a task because the
 database is briefly away (its streams then retry on their own).
-Anything else is a 404 JSON. A target the function apps would refuse (NUL, not UTF-8, over-long:
-``lib.http.request_limits.head_problem``) is refused here too, before any file is looked up.
+Every answer carries the bundle's security headers (``lib.http.security_headers``), the files'
+as ``vercel.json`` gives them on Vercel. Anything else is a 404 JSON. A target the function
+apps would refuse (NUL, not UTF-8, over-long: ``lib.http.request_limits.head_problem``) is
+refused here too, before any file is looked up.
 
 ``Server`` is uvicorn's server as the streams need it. It ends the open SSE streams when it
 stops (uvicorn would otherwise wait for them, up to their four-minute self-close, or cancel them
@@ -40,6 +42,7 @@ from vercel.headers import HeadersContext, headers_from_asgi_scope
 
 from lib.http.errors import error_response
 from lib.http.request_limits import head_problem
+from lib.http.security_headers import SecurityHeadersMiddleware
 from lib.local.routing import discover_routes, resolve, split_path
 from lib.runtime.functions import load_function_app
 from lib.streams.listener import end_streams, stop_change_listener
@@ -54,6 +57,8 @@ class VercelRouter:
         self.public_dir = project_root / "public"
         self.routes = discover_routes(project_root)
         self.apps = {route.file: load_function_app(project_root, route.file) for route in self.routes}
+        # The files and the router's own answers get the headers vercel.json gives them on Vercel.
+        self._with_headers = SecurityHeadersMiddleware(self._route)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -61,6 +66,9 @@ class VercelRouter:
             return
         if scope["type"] != "http":
             return
+        await self._with_headers(scope, receive, send)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (problem := head_problem(scope)) is not None:
             await error_response(*problem)(scope, receive, send)
             return

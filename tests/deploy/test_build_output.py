@@ -12,6 +12,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from lib.bundle import PROJECT_ROOT, read_vercel_config
+from lib.http.security_headers import SECURITY_HEADERS
 from lib.local.queue_bridge import queue_triggers
 from lib.local.routing import discover_routes, resolve
 from lib.queues.consumer_names import vercel_consumer_name
@@ -141,9 +142,35 @@ def test_the_dev_servers_router_agrees_with_vercels_routes(vercel_output: BuildO
     assert ours == vercel_route(vercel_output, path)
 
 
+def vercel_headers(output: BuildOutput, path: str) -> dict[str, str]:
+    """The headers Vercel's routes put on the answer for ``path``: those of every route before
+    ``handle: filesystem`` whose ``src`` matches it (``vercel.json``'s ``headers``, compiled by
+    Vercel's builder), later ones over earlier."""
+    headers: dict[str, str] = {}
+    for route in output.config["routes"]:
+        if route.get("handle") == "filesystem":
+            break
+        if "headers" in route and re.match(route["src"], path):
+            headers.update(route["headers"])
+    return headers
+
+
+STATIC_PAGES = ("admin/index.html", "admin/main.js", "admin/console.js", "admin/console.css", "realtime-demo.html",
+                "realtime-demo.js", "realtime-demo.css", "ermis-realtime.js")  # fmt: skip
+
+
+@pytest.mark.parametrize("path", ["/admin/", "/admin/index.html", *(f"/{page}" for page in STATIC_PAGES), "/api/feed"])
+def test_what_vercel_serves_carries_the_security_headers(vercel_output: BuildOutput, path: str) -> None:
+    """The pages Vercel serves itself get the headers the function apps add (checked under
+    Vercel's runtime in ``test_built_functions``): from ``vercel.json``, through Vercel's builder."""
+    assert {name.lower(): value for name, value in vercel_headers(vercel_output, path).items()} == {
+        name.lower(): value for name, value in SECURITY_HEADERS.items()
+    }
+
+
 def test_the_pages_are_static_output_and_the_dev_sign_in_is_not_deployed(vercel_output: BuildOutput) -> None:
     static = vercel_output.output_dir / "static"
-    for page in ("admin/index.html", "admin/console.js", "realtime-demo.html", "ermis-realtime.js"):
+    for page in STATIC_PAGES:
         assert (static / page).read_bytes() == (PROJECT_ROOT / "public" / page).read_bytes(), page
     assert vercel_route(vercel_output, "/__dev/sign-in") is None
     assert not any(path.startswith("__dev") for path in vercel_output.functions)

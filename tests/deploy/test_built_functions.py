@@ -17,6 +17,7 @@ import pytest
 from vercel.queue.devserver import EmbeddedQueueDevServer, embedded_queue_dev_server
 
 from lib.bundle import PROJECT_ROOT
+from lib.http.security_headers import SECURITY_HEADERS
 from lib.local.routing import discover_routes
 from lib.queues.handlers import LAST_INGEST_RUN_KEY
 from tests.support.auth import TEST_CRON_SECRET, cron_headers, session_headers
@@ -84,6 +85,7 @@ def test_every_function_boots_and_answers_a_bare_request(boot: BootFunction, fil
             response = httpx.request(method, running.url + path, headers=OIDC, timeout=30)
             assert response.status_code < 500, (method, response.status_code, response.text)
             assert response.headers["content-type"].startswith("application/json"), response.headers
+            assert {name: response.headers.get(name) for name in SECURITY_HEADERS} == SECURITY_HEADERS
 
 
 async def test_the_feed_stream_delivers_a_change_made_while_it_is_open(db, boot: BootFunction, mint_token) -> None:

@@ -34,6 +34,7 @@ SECURITY = Report(
         "streams": ("Streams held open past the caps", ["tried", "bad"]),
         "outbound": ("Outbound requests a tenant can aim (webhooks and feeds)", ["tried", "bad"]),
         "error reports": ("Errors reported to Sentry next to secrets", ["tried", "bad"]),
+        "headers": ("Answers without the security headers (CSP, framing, sniffing, referrer)", ["tried", "bad"]),
     },
 )
 record = SECURITY.record
