@@ -5,11 +5,19 @@ after-response work all report through it. Sentry is initialised lazily on the f
 (no import-time cost for a cold start) and once per DSN. Every configured secret is redacted
 from the message and the fields before anything leaves the process, and Sentry is sent no
 frame's local variables (whatever a failing function held: a signing key, a payload).
+
+A person appears in a line or a report only as ``pseudonym(user_id)``: ``person:`` and the first
+16 hex digits of an HMAC-SHA256 of their id keyed with ``ERMIS_PSEUDONYM_KEY`` — the same person
+reads the same in every line (an incident can follow them), no one without the key can tell
+who it is or test a guess, and once they are erased nothing in the logs names them. Without the
+key, ``person:unkeyed``: no reference at all rather than one anybody could reverse.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import sys
 import threading
@@ -31,6 +39,16 @@ def redact(text: str) -> str:
         if len(secret) >= 4:
             text = text.replace(secret, REDACTED)
     return text
+
+
+def pseudonym(user_id: str | None) -> str | None:
+    """How logs and error reports name a person (see the module's docstring)."""
+    if user_id is None:
+        return None
+    key = secret_or_none(get_settings().ermis_pseudonym_key)
+    if key is None:
+        return "person:unkeyed"
+    return "person:" + hmac.new(key.encode(), user_id.encode(), hashlib.sha256).hexdigest()[:16]
 
 
 def describe_error(error: BaseException | str) -> str:

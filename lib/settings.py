@@ -170,6 +170,7 @@ class Settings:
     polar_access_token: Secret | None = _secret()
     polar_server_url: str | None = _text()
     sentry_dsn: Secret | None = _secret()
+    ermis_pseudonym_key: Secret | None = _secret()  # keys how logs name a person (lib.observability)
 
     clerk_jwt_key: Secret | None = _secret()
     clerk_authorized_parties: str | None = _text()

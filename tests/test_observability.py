@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from lib.observability import log_server_error
+from lib.observability import log_server_error, pseudonym
 from tests.support.auth import TEST_CRON_SECRET
 from tests.support.sentry import sentry_sink
 
@@ -51,3 +51,17 @@ def test_errors_reach_sentry_redacted(set_env, capsys: pytest.CaptureFixture[str
     assert "leaked [redacted]" in serialized
     assert TEST_CRON_SECRET not in serialized
     assert TEST_CRON_SECRET not in capsys.readouterr().err
+
+
+def test_a_person_is_named_by_a_keyed_pseudonym(set_env) -> None:
+    """The same person reads the same in every line; another key (another deployment) reads
+    differently, so a guess cannot be tested without the key; without one, no reference at all."""
+    set_env(ERMIS_PSEUDONYM_KEY="key-one")
+    first = pseudonym("user_2abc")
+    assert first == pseudonym("user_2abc") and first.startswith("person:") and len(first) == len("person:") + 16
+    assert "user_2abc" not in first and pseudonym("user_2abd") != first
+    set_env(ERMIS_PSEUDONYM_KEY="key-two")
+    assert pseudonym("user_2abc") != first
+    set_env(ERMIS_PSEUDONYM_KEY=None)
+    assert pseudonym("user_2abc") == "person:unkeyed"
+    assert pseudonym(None) is None

@@ -8,7 +8,8 @@ One run:
    persistence is idempotent on the entry id: reprocessing cannot double-count.
 2. **Batches** of ``DEFAULT_REDRIVE_BATCH_SIZE`` (100): claim (``LMOVE`` into processing, in one
    Lua round trip), validate, insert the valid entries into the ledger and the metering outbox
-   with one statement, then acknowledge in one ``MULTI``/``EXEC``. An entry whose insert failed
+   with one statement, then acknowledge in one script (an entry whose claim an erasure
+   rewrote meanwhile is left for the next run: ``lib.platform.ai_ledger_retry``). An entry whose insert failed
    is requeued with ``attempts + 1``; at ``MAX_ATTEMPTS`` (10) it goes to the DLQ instead. A
    malformed entry (not JSON, no ``id``, bad columns) goes straight to the DLQ with its reason.
 3. A batch whose insert failed because Postgres is unreachable ends the run (the next tick
@@ -31,6 +32,7 @@ from lib.jobs.cron_auth import report_cron_drain_failures
 from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
 from lib.platform.ai_ledger_retry import (
+    Settled,
     acknowledge,
     claim_batch,
     dead_letter,
@@ -47,7 +49,7 @@ pydantic = lazy_import("pydantic")
 if TYPE_CHECKING:
     from lib.platform.ai_usage import AiUsage
 
-    Claimed = list[tuple[str, AiUsage, int]]
+    Claimed = list[tuple[int, AiUsage, int]]  # (index in the batch, usage, attempts)
 
 ROUTE = "/api/admin/ai/ledger/retry/flush"
 MONITOR = "ai-ledger-redrive"
@@ -93,26 +95,26 @@ async def redrive_failed_ai_ledger_entries(
             break
         budget -= len(claimed)
         result["drained"] += len(claimed)
-        valid: list[tuple[str, AiUsage, int]] = []
-        dead_letters: list[str] = []
-        for raw in claimed:
+        settled = [Settled(raw) for raw in claimed]  # landed, unless a step below says otherwise
+        valid: Claimed = []
+        for index, raw in enumerate(claimed):
             try:
                 usage, attempts = parse_entry(raw)
             except ValueError as reason:
-                dead_letters.append(dead_letter(raw, f"malformed: {reason}"))
+                settled[index] = Settled(raw, dead_letter=dead_letter(raw, f"malformed: {reason}"))
                 continue
-            valid.append((raw, usage, attempts))
+            valid.append((index, usage, attempts))
 
         failed, database_down = await _persist_isolating_bad_entries(valid, result)
-        requeue: list[str] = []
-        for raw, usage, attempts in failed:
+        for index, usage, attempts in failed:
+            raw = claimed[index]
             if attempts + 1 >= MAX_ATTEMPTS:
-                dead_letters.append(dead_letter(raw, f"{MAX_ATTEMPTS} attempts failed"))
+                settled[index] = Settled(raw, dead_letter=dead_letter(raw, f"{MAX_ATTEMPTS} attempts failed"))
             else:
-                requeue.append(retry_entry(usage.model_dump(mode="json"), attempts + 1))
-        result["requeued"] += len(requeue)
-        result["deadLettered"] += len(dead_letters)
-        await acknowledge(client, claimed, requeue, dead_letters)
+                settled[index] = Settled(raw, requeue=retry_entry(usage.model_dump(mode="json"), attempts + 1))
+        result["requeued"] += sum(entry.requeue is not None for entry in settled)
+        result["deadLettered"] += sum(entry.dead_letter is not None for entry in settled)
+        await acknowledge(client, settled)
         if database_down:
             break
 

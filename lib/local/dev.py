@@ -75,7 +75,7 @@ def _say(line: str) -> None:
 def prepare_secrets() -> str | None:
     """Returns the development private key when sessions are verified with its pair (the
     dev sign-in mints with it), ``None`` when the environment gives its own ``CLERK_JWT_KEY``."""
-    for name in ("CRON_SECRET", "ERMIS_QUEUE_SIGNING_SECRET"):
+    for name in ("CRON_SECRET", "ERMIS_QUEUE_SIGNING_SECRET", "ERMIS_PSEUDONYM_KEY"):
         if not os.environ.get(name):
             os.environ[name] = secrets.token_urlsafe(32)
             _say(f"  generated {name}={os.environ[name]}")

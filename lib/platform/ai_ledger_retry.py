@@ -10,9 +10,17 @@ An entry is JSON: ``id``, ``attempts`` (0 when first queued) and the ledger colu
 Claims move entries into the processing list (``LMOVE``, never ``RPOP``), so an entry is always
 on some list: a crash between claim and acknowledgement leaves it on ``processing``, and the next
 run's reclaim pass moves it back. Each step is one round trip whatever the batch size:
-``reclaim`` and ``claim`` are Lua scripts doing their ``LMOVE``s atomically on the server, and
-``acknowledge`` is one ``MULTI``/``EXEC`` (``LREM`` of every claimed raw entry, plus the
-requeues and dead letters).
+``reclaim``, ``claim`` and ``acknowledge`` are Lua scripts, atomic on the server. An
+acknowledgement acts on a claimed entry only if the claim is intact — its raw text still on
+``processing`` (``LREM`` removed it): then the entry's requeue or dead letter is pushed. An
+entry rewritten meanwhile (an erasure took its person out, ``erase_person``) is left where it
+is, rewritten, for the next run's reclaim: the redrive never writes back what it claimed before
+the erasure.
+
+``erase_person`` is the erasure's part here (``lib.platform.erasure``): one script rewrites
+every entry of the three lists whose ``user_id`` is the person's — the id set to null, the usage
+kept, as the ledger keeps its rows — and replaces any other occurrence of the id in an entry
+(a malformed one's raw text) with ``[erased]``.
 
 ``LedgerDeadLetters`` is the DLQ as a source of stuck work for the operations console: list
 (at most ``DLQ_SCAN_LIMIT`` items are read), redrive (back onto the queue, attempts reset, in
@@ -24,13 +32,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from lib.clock import iso_timestamp
 from lib.platform.stuck_work import EntryOutcome, Position, StuckEntry, outcomes_in_order
 from lib.redis.client import get_redis
-from lib.redis.commands import execute_command, execute_pipeline
+from lib.redis.commands import execute_command
 
 QUEUE_KEY = "ai-ledger:retry:queue"
 PROCESSING_KEY = "ai-ledger:retry:processing"
@@ -89,14 +98,78 @@ def dead_letter(raw: str, reason: str) -> str:
     return json.dumps({"entry": raw, "reason": reason, "deadLetteredAt": iso_timestamp()})
 
 
-async def acknowledge(client: Any, claimed: Sequence[str], requeue: Sequence[str], dead_letters: Sequence[str]) -> None:
-    """Drop the claimed raws from processing, and requeue / dead-letter, atomically."""
-    commands: list[tuple[str | int, ...]] = [("LREM", PROCESSING_KEY, 1, raw) for raw in claimed]
-    if requeue:
-        commands.append(("LPUSH", QUEUE_KEY, *requeue))
-    if dead_letters:
-        commands.append(("LPUSH", DLQ_KEY, *dead_letters))
-    await execute_pipeline(client, commands, atomic=True)
+# ARGV: a triple per claimed entry — its raw text, its requeue entry and its dead letter ('' for
+# none). An entry's requeue and dead letter are pushed only when its raw text was still there.
+_ACKNOWLEDGE_SCRIPT = """
+for i = 1, #ARGV, 3 do
+  if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
+    if ARGV[i + 1] ~= '' then redis.call('LPUSH', KEYS[2], ARGV[i + 1]) end
+    if ARGV[i + 2] ~= '' then redis.call('LPUSH', KEYS[3], ARGV[i + 2]) end
+  end
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What became of one claimed entry: landed (neither), requeued, or dead-lettered."""
+
+    raw: str
+    requeue: str | None = None
+    dead_letter: str | None = None
+
+
+async def acknowledge(client: Any, settled: Sequence[Settled]) -> None:
+    """Drop the claimed entries from processing, requeuing and dead-lettering them as settled,
+    atomically — each only if its claim is intact (see the module's docstring)."""
+    if not settled:
+        return
+    arguments = [part for entry in settled for part in (entry.raw, entry.requeue or "", entry.dead_letter or "")]
+    await execute_command(client, "EVAL", _ACKNOWLEDGE_SCRIPT, 3, PROCESSING_KEY, QUEUE_KEY, DLQ_KEY, *arguments)
+
+
+# KEYS: queue, processing, DLQ. ARGV[1]: the person's id. Rewrites each entry naming them: its
+# user_id nulled (a DLQ item's inner entry too), any other occurrence of the id replaced.
+_ERASE_SCRIPT = """
+local person = ARGV[1]
+local literal = person:gsub('%p', '%%%0')
+local function without_person(raw)
+  local ok, entry = pcall(cjson.decode, raw)
+  if ok and type(entry) == 'table' and entry['user_id'] == person then
+    entry['user_id'] = cjson.null
+    raw = cjson.encode(entry)
+  end
+  return (raw:gsub(literal, '[erased]'))
+end
+local rewritten = 0
+for _, key in ipairs(KEYS) do
+  for index, raw in ipairs(redis.call('LRANGE', key, 0, -1)) do
+    if string.find(raw, person, 1, true) then
+      local replacement = raw
+      local ok, item = pcall(cjson.decode, raw)
+      if key == KEYS[3] and ok and type(item) == 'table' and type(item['entry']) == 'string' then
+        item['entry'] = without_person(item['entry'])
+        replacement = without_person(cjson.encode(item))
+      else
+        replacement = without_person(raw)
+      end
+      redis.call('LSET', key, index - 1, replacement)
+      rewritten = rewritten + 1
+    end
+  end
+end
+return rewritten
+"""
+
+
+async def erase_person(user_id: str) -> int:
+    """Take ``user_id`` out of every entry of the three lists, in one atomic script; returns how
+    many entries named them. Nothing to do without Redis; Redis unreachable raises."""
+    client = get_redis()
+    if client is None:
+        return 0
+    return int(await execute_command(client, "EVAL", _ERASE_SCRIPT, 3, QUEUE_KEY, PROCESSING_KEY, DLQ_KEY, user_id))
 
 
 # Operator actions on the DLQ (the ``ledger`` source of ``lib.platform.stuck_work``). An entry's

@@ -10,7 +10,8 @@ writes, in one statement (so one transaction):
 When Postgres cannot be reached, the entry goes onto the Redis retry queue instead
 (``lib.platform.ai_ledger_retry``) and the ledger redrive cron lands it later, through the same
 statement (``persist_ai_usage``). If Redis is unavailable too, the entry is reported through
-``log_server_error`` with its full content, the last place it can be recovered from.
+``log_server_error`` with its full content (the person as their ``pseudonym``), the last place
+it can be recovered from.
 
 Callers in a request use ``record_ai_usage_after_response`` so accounting never delays the
 response.
@@ -26,8 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from lib.clock import iso_timestamp, utc_now
 from lib.db.pool import DatabaseNotConfigured, connection
 from lib.lazy_imports import lazy_import
-from lib.observability import log_server_error
+from lib.observability import log_server_error, pseudonym
 from lib.platform.ai_ledger_retry import enqueue_ai_ledger_retry
+from lib.platform.erasure import ERASURE_LOCK_CLASS
 from lib.runtime.after_response import run_after_response
 
 psycopg = lazy_import("psycopg")
@@ -77,7 +79,11 @@ WITH input AS (
         input_tokens int, output_tokens int, created_at timestamptz, event jsonb)
 ), inserted AS (
     INSERT INTO ai_usage_ledger (id, tenant_scope_id, user_id, model, input_tokens, output_tokens, created_at)
-    SELECT DISTINCT ON (id) id, tenant_scope_id, user_id, model, input_tokens, output_tokens, created_at
+    SELECT DISTINCT ON (id) id, tenant_scope_id,
+        CASE WHEN EXISTS (SELECT 1 FROM data_erasure_requests AS erased
+                          WHERE erased.subject_user_id = input.user_id AND erased.status = 'purged')
+             THEN NULL ELSE user_id END,
+        model, input_tokens, output_tokens, created_at
     FROM input
     ON CONFLICT (id) DO NOTHING
     RETURNING id
@@ -87,12 +93,23 @@ SELECT DISTINCT ON (input.id) input.event FROM input JOIN inserted USING (id)
 """
 
 
+# Shared by writers, exclusive for the erasure of that person (``lib.platform.erasure``).
+_PERSON_LOCK_SQL = "SELECT pg_advisory_xact_lock_shared(%s, hashtext(person)) FROM unnest(%s::text[]) AS person"
+
+
 async def persist_ai_usage(usages: list[AiUsage]) -> int:
-    """Ledger + outbox rows for a batch, in one statement; returns how many were new."""
+    """Ledger + outbox rows for a batch, in one statement; returns how many were new. A usage
+    of a person already erased lands without the person (``user_id`` null); one whose erasure
+    commits meanwhile is taken out by it: the statement runs under each person's erasure lock,
+    taken shared first (its own statement, so the insert sees an erasure that committed while
+    it waited)."""
     if not usages:
         return 0
     rows = [{**usage.model_dump(mode="json"), "event": metering_event(usage)} for usage in usages]
-    async with connection() as conn:
+    people = sorted({usage.user_id for usage in usages if usage.user_id is not None})
+    async with connection() as conn:  # one transaction: the pool commits as the block ends
+        if people:
+            await conn.execute(_PERSON_LOCK_SQL, (ERASURE_LOCK_CLASS, people))
         cursor = await conn.execute(_PERSIST_SQL, {"rows": psycopg_json.Jsonb(rows)})
     return cursor.rowcount
 
@@ -114,7 +131,7 @@ async def record_ai_usage(usage: AiUsage) -> str:
             log_server_error(
                 "ai-usage-lost",
                 redis_error,
-                usage=usage.model_dump(mode="json"),
+                usage={**usage.model_dump(mode="json"), "user_id": pseudonym(usage.user_id)},
                 databaseError=str(database_error),
             )
             raise

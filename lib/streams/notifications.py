@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 
 from lib.auth.gates import require_session
 from lib.lazy_imports import lazy_import
+from lib.observability import pseudonym
 from lib.platform import activity
 from lib.platform.flags import resolve_feature_flags
 from lib.streams.limits import limited_stream
@@ -142,7 +143,7 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
     cursor: Cursor | None = None
     frames = _Frames()
     watch = ChangeWatch(timing, audience_keys(audience))
-    report = {"report_as": "/api/notifications/events", "user": audience.user_id}
+    report = {"report_as": "/api/notifications/events", "user": pseudonym(audience.user_id)}
 
     def start_read() -> asyncio.Future[AudienceRead]:
         return start_audience_read(audience, cursor, watch.read_keys(), watch.share_window_s())

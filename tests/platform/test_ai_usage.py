@@ -14,6 +14,7 @@ from lib.db.pool import close_pools
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
 from lib.jobs.ai_ledger_redrive import redrive_failed_ai_ledger_entries
+from lib.observability import pseudonym
 from lib.platform.ai_ledger_retry import QUEUE_KEY
 from lib.platform.ai_usage import AiUsage, metering_event, record_ai_usage, record_ai_usage_after_response
 from lib.redis.client import get_redis
@@ -68,6 +69,7 @@ async def test_with_both_stores_down_the_entry_is_logged_whole(db, set_env, caps
         DATABASE_URL="postgresql://nobody@127.0.0.1:1/none",
         ERMIS_DB_CONNECT_TIMEOUT_S="1",
         REDIS_URL="redis://127.0.0.1:1/0",
+        ERMIS_PSEUDONYM_KEY="pseudonym-key-for-tests",
     )
     with pytest.raises(Exception):  # noqa: B017 - whichever error the Redis client raises
         await record_ai_usage(USAGE)
@@ -75,6 +77,8 @@ async def test_with_both_stores_down_the_entry_is_logged_whole(db, set_env, caps
     [line] = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
     assert line["context"] == "ai-usage-lost"
     assert json.loads(line["usage"])["id"] == "call-1"
+    assert json.loads(line["usage"])["user_id"] == pseudonym("user_9")  # the person, never their id
+    assert "user_9" not in json.dumps(line)
 
 
 async def test_after_response_recording_lands_once_the_request_is_done(db) -> None:

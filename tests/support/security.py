@@ -34,6 +34,7 @@ SECURITY = Report(
         "streams": ("Streams held open past the caps", ["tried", "bad"]),
         "outbound": ("Outbound requests a tenant can aim (webhooks and feeds)", ["tried", "bad"]),
         "error reports": ("Errors reported to Sentry next to secrets", ["tried", "bad"]),
+        "erasure": ("Erasures raced by the ledger redrive and writers: the person left anywhere", ["tried", "bad"]),
         "headers": ("Answers without the security headers (CSP, framing, sniffing, referrer)", ["tried", "bad"]),
     },
 )
