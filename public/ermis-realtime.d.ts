@@ -80,5 +80,10 @@ export declare function resumingEventSourceClass(
   EventSourceImpl?: EventSourceConstructor,
   fetchImpl?: typeof fetch,
 ): EventSourceConstructor;
-export declare function sharedEventSourceClass(EventSourceImpl?: EventSourceConstructor): EventSourceConstructor;
+/** The signed-in user the tabs share streams under: the `__session` cookie's `sub`, or null. */
+export declare function sessionKeyFromCookie(): string | null;
+export declare function sharedEventSourceClass(
+  EventSourceImpl?: EventSourceConstructor,
+  sessionKey?: () => string | null,
+): EventSourceConstructor;
 export declare function broadcastElection(name: string, onLead: () => void, onDemote: () => void): { close(): void };

@@ -126,6 +126,7 @@ function lockElection(locks, name, onLead) {
     .request(name, { signal: abort.signal }, () => {
       if (abort.signal.aborted) return undefined;
       onLead();
+      if (abort.signal.aborted) return undefined; // it left while taking the lead: let the lock go
       return new Promise((resolve) => {
         release = resolve; // the lock is held until close()
       });
@@ -322,7 +323,29 @@ export function resumingEventSourceClass(EventSourceImpl = globalThis.EventSourc
   };
 }
 
-export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClass()) {
+// Who is signed in, for the shared streams: the `sub` of the `__session` cookie's token (Clerk's
+// frontend keeps it readable by the page), or null when there is none the page can read.
+export function sessionKeyFromCookie() {
+  const cookie = (globalThis.document?.cookie || '').split('; ').find((item) => item.startsWith('__session='));
+  const payload = cookie?.slice('__session='.length).split('.')[1];
+  if (!payload) return null;
+  try {
+    const claims = JSON.parse(atob(payload.replace(/-/g, '+').replace(/_/g, '/')));
+    return typeof claims.sub === 'string' ? claims.sub : null;
+  } catch {
+    return null;
+  }
+}
+
+const SESSION_CHECK_MS = 1000;
+
+// The shared streams belong to one user: the election and the relay are named after the signed-in
+// user (`sessionKey()`), so tabs of two users never share one. A tab checks the user before it
+// relays or delivers any frame, and every SESSION_CHECK_MS: when it changed (a sign-out and
+// another user's sign-in, in any tab: the cookie is the browser's), it drops the stream it led,
+// leaves the old election and joins the new user's, from no last id. A user the page cannot
+// read keeps the stream to its own tab.
+export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClass(), sessionKey = sessionKeyFromCookie) {
   const locks = globalThis.navigator && globalThis.navigator.locks;
   if (typeof EventSourceImpl !== 'function' || typeof BroadcastChannel !== 'function') {
     return EventSourceImpl;
@@ -330,6 +353,7 @@ export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClas
   const elect = locks
     ? (name, onLead) => lockElection(locks, name, onLead)
     : (name, onLead, onDemote) => broadcastElection(name, onLead, onDemote);
+  const tabOnly = `tab-${Math.random().toString(36).slice(2)}`; // no readable user: no sharing
   return class SharedEventSource {
     constructor(url) {
       this.url = url;
@@ -338,15 +362,38 @@ export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClas
       this.lastEventId = '';
       this.listeners = new Map();
       this.source = null;
-      this.channel = new BroadcastChannel(`ermis-sse:${url}`);
+      this.join(sessionKey());
+      this.sessionTimer = setInterval(() => this.sameUser(), SESSION_CHECK_MS);
+      this.addEventListener(CURSOR_EVENT, () => {});
+    }
+
+    join(user) {
+      this.user = user;
+      const name = `ermis-sse:${user ?? tabOnly}:${this.url}`;
+      this.channel = new BroadcastChannel(name);
       this.channel.onmessage = (message) => this.fromChannel(message.data);
       this.election = elect(
-        `ermis-sse:${url}`,
+        name,
         () => this.lead(),
         () => this.stepDown(),
       );
       this.channel.postMessage({ type: 'hello' });
-      this.addEventListener(CURSOR_EVENT, () => {});
+    }
+
+    leave() {
+      this.stepDown();
+      this.election.close();
+      this.channel.close();
+    }
+
+    // Whether the signed-in user is still the one this tab joined as; if not, it moves over.
+    sameUser() {
+      const user = sessionKey();
+      if (user === this.user) return true;
+      this.leave();
+      this.lastEventId = '';
+      this.join(user);
+      return false;
     }
 
     get isLeader() {
@@ -362,6 +409,7 @@ export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClas
     }
 
     lead() {
+      if (!this.sameUser()) return; // elected for the user this tab no longer has: it moved over
       this.source = new EventSourceImpl(withLastEventId(this.url, this.lastEventId), { withCredentials: true });
       this.source.onopen = () => this.publish({ type: 'open' });
       this.source.onerror = () => this.publish({ type: 'error' });
@@ -374,9 +422,12 @@ export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClas
     }
 
     relay(name) {
-      this.source.addEventListener(name, (event) =>
-        this.publish({ type: 'event', name, data: event.data, lastEventId: event.lastEventId }),
-      );
+      const source = this.source;
+      source.addEventListener(name, (event) => {
+        if (source === this.source && this.sameUser()) {
+          this.publish({ type: 'event', name, data: event.data, lastEventId: event.lastEventId });
+        }
+      });
     }
 
     publish(message) {
@@ -385,6 +436,7 @@ export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClas
     }
 
     fromChannel(message) {
+      if (!this.sameUser()) return; // sent to the user this tab no longer has
       if (message.type === 'hello') {
         // A new tab: tell it whether the stream is open now.
         if (this.source && this.source.readyState === 1) this.channel.postMessage({ type: 'open' });
@@ -407,9 +459,8 @@ export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClas
     }
 
     close() {
-      this.stepDown();
-      this.election.close();
-      this.channel.close();
+      clearInterval(this.sessionTimer);
+      this.leave();
     }
   };
 }

@@ -9,15 +9,17 @@ One run:
 2. **Batches** of ``DEFAULT_REDRIVE_BATCH_SIZE`` (100): claim (``LMOVE`` into processing, in one
    Lua round trip), validate, insert the valid entries into the ledger and the metering outbox
    with one statement, then acknowledge in one script (an entry whose claim an erasure
-   rewrote meanwhile is left for the next run: ``lib.platform.ai_ledger_retry``). An entry whose insert failed
-   is requeued with ``attempts + 1``; at ``MAX_ATTEMPTS`` (10) it goes to the DLQ instead. A
-   malformed entry (not JSON, no ``id``, bad columns) goes straight to the DLQ with its reason.
+   rewrote meanwhile is left for the next run: ``lib.platform.ai_ledger_retry``). An entry
+   whose insert failed is requeued with ``attempts + 1``; at ``MAX_ATTEMPTS`` (10) it goes to
+   the DLQ instead. A malformed entry (not JSON, no ``id``, bad columns) goes straight to the
+   DLQ with its reason.
 3. A batch whose insert failed because Postgres is unreachable ends the run (the next tick
    retries). Any other database error means one entry is bad: the batch is retried one entry
    at a time so only that entry fails.
 
 Redis round trips: 1 for the reclaim per run, then 2 per batch (claim, acknowledge) — constant
-in the batch size. Postgres: 1 statement per batch.
+in the batch size. Postgres: 1 transaction per batch (the people's erasure locks, then the
+insert: ``lib.platform.ai_usage``).
 
 Dead letters are unrecoverable billable spend, so ``deadLettered`` is escalated through
 ``report_cron_drain_failures('ai-ledger-redrive', …)``.

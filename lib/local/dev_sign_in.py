@@ -53,7 +53,9 @@ def sign_in_endpoint(private_pem: str | None) -> Any:
             return error_response(400, "unknown_persona", f"as must be one of {', '.join(PERSONAS)}.")
         token = mint_session_token(private_pem, PERSONAS[persona], SESSION_SECONDS)
         response = RedirectResponse(_local_path(request.query_params.get("next")), status_code=303)
-        response.set_cookie(SESSION_COOKIE, token, max_age=SESSION_SECONDS, httponly=True, samesite="lax")
+        # Readable by the page, as Clerk's own __session cookie is (its frontend keeps it fresh):
+        # ermis-realtime.js keys the streams its tabs share by the user in it.
+        response.set_cookie(SESSION_COOKIE, token, max_age=SESSION_SECONDS, httponly=False, samesite="lax")
         return response
 
     return sign_in

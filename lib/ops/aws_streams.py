@@ -23,6 +23,17 @@ the origin read timeout, the longest silence between two packets (``ORIGIN_READ_
 a stream is never silent for longer than its 15 s keep-alive, and no total response time is
 set, so CloudFront does not end a stream.
 
+Only CloudFront, only the streams. The load balancer is internet-facing (CloudFront reaches it
+by name over TLS), so it is closed to everything else in two ways: its security group admits
+HTTPS only from CloudFront's origin-facing managed prefix list (``CloudFrontPrefixListId``), and
+its listener forwards a request only when it carries the secret header CloudFront adds to every
+request for this origin (``ORIGIN_SECRET_HEADER``, the ``StreamsOriginSecret`` parameter) and
+asks for a stream route; anything else — another path, or any path without the header (another
+CloudFront distribution is inside the prefix list too) — gets the listener's default answer, a
+404 in the functions' JSON error shape. So CloudFront's rules and the HTTP API cannot be
+bypassed through this second door: the only thing it serves is the streams, and only to
+CloudFront.
+
 Shutdown. ECS replaces a task by deregistering it from the target group first: the load
 balancer sends it no new stream, and keeps its open ones for the deregistration delay
 (``DEREGISTRATION_DELAY_S``) before ECS sends ``SIGTERM``. Each stream's maximum duration
@@ -65,6 +76,9 @@ ORIGIN_READ_TIMEOUT_S = 60  # CloudFront's most without a quota increase
 HEALTH_CHECK_INTERVAL_S = 15
 SCALE_OUT_COOLDOWN_S = 60
 SCALE_IN_COOLDOWN_S = 300
+ORIGIN_SECRET_HEADER = "X-Ermis-Origin-Secret"  # noqa: S105 - the header's name; its value is a parameter
+PATHS_PER_RULE = 4  # a listener rule holds at most 5 condition values: the paths and the header
+NOT_FOUND_BODY = '{"error":{"code":"not_found","message":"No route for this path."}}'
 # CloudFront's managed policies, by their documented ids.
 CACHING_DISABLED = "4135ea2d-6df8-44a3-9df3-4b5a84be39ad"
 ALL_VIEWER_EXCEPT_HOST_HEADER = "b689b0a8-53d0-40ab-baf2-68738e2966ac"
@@ -102,6 +116,19 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "Description": "an ACM certificate in the stack's region for StreamsDomainName",
     },
     "StreamsHostedZoneId": {"Type": "String", "Default": "", "Description": "the Route 53 zone of StreamsDomainName"},
+    "CloudFrontPrefixListId": {
+        "Type": "String",
+        "Default": "",
+        "Description": "the region's com.amazonaws.global.cloudfront.origin-facing managed prefix list"
+        " (aws ec2 describe-managed-prefix-lists): the only source the load balancer admits",
+    },
+    "StreamsOriginSecret": {
+        "Type": "String",
+        "NoEcho": True,
+        "Default": "",
+        "Description": f"a long random value CloudFront sends as {ORIGIN_SECRET_HEADER}: the load balancer"
+        " forwards nothing without it",
+    },
     "StreamsMinTasks": {"Type": "Number", "Default": 2, "MinValue": 1},
     "StreamsMaxTasks": {"Type": "Number", "Default": 10, "MinValue": 1},
     "SiteDomainName": {
@@ -122,7 +149,14 @@ CONDITIONS: dict[str, Any] = {
 
 # What the home needs, checked by CloudFormation before it creates anything: a clear refusal
 # naming the parameter, not a load balancer or a distribution failing half-way through.
-STREAMS_NEED = ("VpcId", "StreamsDomainName", "StreamsCertificateArn", "StreamsHostedZoneId")
+STREAMS_NEED = (
+    "VpcId",
+    "StreamsDomainName",
+    "StreamsCertificateArn",
+    "StreamsHostedZoneId",
+    "CloudFrontPrefixListId",
+    "StreamsOriginSecret",
+)
 STREAMS_NEED_LISTS = ("LoadBalancerSubnetIds", "TaskSubnetIds")
 RULES: dict[str, Any] = {
     "StreamsHomeIsWhole": {
@@ -180,16 +214,51 @@ def target_requests_per_minute() -> int:
     return round(STREAMS_PER_TASK * SCALE_AT * 60 / STREAM_MAX_DURATION_S)
 
 
-def streams_resources(environment: dict[str, Any]) -> dict[str, Any]:
+def stream_rules(stream_routes: list[FunctionRoute]) -> dict[str, Any]:
+    """The listener's rules: a stream route with CloudFront's secret header is forwarded (as
+    many rules as the routes need, ``PATHS_PER_RULE`` paths each); nothing else is."""
+    patterns = sorted(path_pattern(route) for route in stream_routes)
+    chunks = [patterns[i : i + PATHS_PER_RULE] for i in range(0, len(patterns), PATHS_PER_RULE)]
+    return {
+        f"StreamsListenerRule{number}": {
+            "Type": "AWS::ElasticLoadBalancingV2::ListenerRule",
+            "Properties": {
+                "ListenerArn": {"Ref": "StreamsListener"},
+                "Priority": number,
+                "Conditions": [
+                    {"Field": "path-pattern", "PathPatternConfig": {"Values": paths}},
+                    {
+                        "Field": "http-header",
+                        "HttpHeaderConfig": {
+                            "HttpHeaderName": ORIGIN_SECRET_HEADER,
+                            "Values": [{"Ref": "StreamsOriginSecret"}],
+                        },
+                    },
+                ],
+                "Actions": [{"Type": "forward", "TargetGroupArn": {"Ref": "StreamsTargetGroup"}}],
+            },
+        }
+        for number, paths in enumerate(chunks, start=1)
+    }
+
+
+def streams_resources(environment: dict[str, Any], stream_routes: list[FunctionRoute]) -> dict[str, Any]:
     """The ECS service, its load balancer, DNS name, roles, logs and scaling; all under ``StreamsOn``.
     ``environment``: the variables every function gets that the streams need too."""
     resources: dict[str, Any] = {
         "StreamsLoadBalancerSecurityGroup": {
             "Type": "AWS::EC2::SecurityGroup",
             "Properties": {
-                "GroupDescription": "HTTPS from CloudFront to the streams load balancer",
+                "GroupDescription": "HTTPS from the CloudFront origin-facing prefix list to the streams load balancer",
                 "VpcId": {"Ref": "VpcId"},
-                "SecurityGroupIngress": [{"IpProtocol": "tcp", "FromPort": 443, "ToPort": 443, "CidrIp": "0.0.0.0/0"}],
+                "SecurityGroupIngress": [
+                    {
+                        "IpProtocol": "tcp",
+                        "FromPort": 443,
+                        "ToPort": 443,
+                        "SourcePrefixListId": {"Ref": "CloudFrontPrefixListId"},
+                    }
+                ],
             },
         },
         "StreamsTaskSecurityGroup": {
@@ -246,9 +315,19 @@ def streams_resources(environment: dict[str, Any]) -> dict[str, Any]:
                 "Protocol": "HTTPS",
                 "Port": 443,
                 "Certificates": [{"CertificateArn": {"Ref": "StreamsCertificateArn"}}],
-                "DefaultActions": [{"Type": "forward", "TargetGroupArn": {"Ref": "StreamsTargetGroup"}}],
+                "DefaultActions": [
+                    {
+                        "Type": "fixed-response",
+                        "FixedResponseConfig": {
+                            "StatusCode": "404",
+                            "ContentType": "application/json",
+                            "MessageBody": NOT_FOUND_BODY,
+                        },
+                    }
+                ],
             },
         },
+        **stream_rules(stream_routes),
         "StreamsDnsRecord": {
             "Type": "AWS::Route53::RecordSet",
             "Properties": {
@@ -390,6 +469,7 @@ def edge_distribution(stream_routes: list[FunctionRoute]) -> dict[str, Any]:
     streams_origin = {
         "Id": STREAMS_ORIGIN,
         "DomainName": {"Ref": "StreamsDomainName"},
+        "OriginCustomHeaders": [{"HeaderName": ORIGIN_SECRET_HEADER, "HeaderValue": {"Ref": "StreamsOriginSecret"}}],
         "CustomOriginConfig": {
             "OriginProtocolPolicy": "https-only",
             "OriginSSLProtocols": ["TLSv1.2"],

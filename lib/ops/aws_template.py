@@ -156,8 +156,10 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
         "ERMIS_ALLOWED_ORIGINS": site_origin(),
     }
     routes = sorted(discover_routes(project_root), key=lambda r: r.file)
-    resources.update(aws_streams.streams_resources({name: environment[name] for name in STREAM_VARIABLES}))
-    resources["EdgeDistribution"] = aws_streams.edge_distribution([route for route in routes if is_stream(route)])
+    stream_routes = [route for route in routes if is_stream(route)]
+    streams_environment = {name: environment[name] for name in STREAM_VARIABLES}
+    resources.update(aws_streams.streams_resources(streams_environment, stream_routes))
+    resources["EdgeDistribution"] = aws_streams.edge_distribution(stream_routes)
     functions = config.get("functions", {})
     for route in routes:
         if is_stream(route):

@@ -94,3 +94,47 @@ def test_a_cookie_refreshed_late_is_waited_for(browser: Browser, dev_server: Dev
     expect(page.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=15_000)
     expect(page.locator('li[data-event-id="late-during-the-refusal"]')).to_have_count(1, timeout=10_000)
     context.close()
+
+
+def test_two_users_of_one_browser_never_share_a_stream(browser: Browser, dev_server: DevServer) -> None:
+    """User A's two tabs share one stream (one tab leads, the other is relayed to). A signs out
+    and B signs in, in one tab — the cookie is the browser's, so both tabs now are B's: a
+    notification of A's written then reaches neither tab, and B's reaches both, over B's stream."""
+    context = browser.new_context()
+
+    def sign_in_as(user: str) -> None:
+        token = dev_token(dev_server, "--sub", user, "--org-id", "org_two", "--org-role", "org:member")
+        context.add_cookies([{"name": "__session", "value": token, "url": dev_server.url}])
+
+    def notify(user: str, notification_id: str) -> None:
+        dev_server.execute(
+            "INSERT INTO notifications (id, user_id, type, title) VALUES (%s, %s, 'system', %s)",
+            (notification_id, user, f"for {user}"),
+        )
+
+    sign_in_as("user_a")
+    tabs = [context.new_page() for _ in range(2)]
+    streams: list[str] = []
+    for tab in tabs:
+        tab.on("request", lambda request: "/api/notifications/events" in request.url and streams.append(request.url))
+        tab.goto(f"{dev_server.url}/realtime-demo.html?pollMs=1000")
+        expect(tab.get_by_test_id("notifications-status")).to_have_text("streaming", timeout=15_000)
+    notify("user_a", "n-a-shared")
+    for tab in tabs:
+        expect(tab.locator('li[data-event-id="n-a-shared"]')).to_have_count(1, timeout=10_000)
+    assert len(streams) == 1  # one stream for both tabs of A
+
+    sign_in_as("user_b")
+    notify("user_a", "n-a-after")  # while A's stream is still open: the leader must not relay it
+    waited_ms = 0
+    while len(streams) < 2 and waited_ms < 10_000:  # B's stream, opened by whichever tab leads now
+        tabs[0].wait_for_timeout(100)
+        waited_ms += 100
+    tabs[0].wait_for_timeout(1000)  # past its opening read: what is written now is news
+    notify("user_b", "n-b-after")
+    for tab in tabs:
+        expect(tab.locator('li[data-event-id="n-b-after"]')).to_have_count(1, timeout=15_000)
+    for tab in tabs:
+        expect(tab.locator('li[data-event-id="n-a-after"]')).to_have_count(0)
+    assert len(streams) == 2  # A's stream dropped, one stream for B's two tabs
+    context.close()

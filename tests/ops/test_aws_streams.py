@@ -1,12 +1,12 @@
 """lib.ops.aws_streams: the streams' home in the AWS template, deployed into moto's CloudFormation
 (server mode, loopback). moto creates the security groups, load balancer, target group,
-listener, DNS record, cluster, log group and role; what it does not implement — the
+listener and its rules, DNS record, cluster, log group and role; what it does not implement — the
 distribution, the scaling target and policy — and the properties it drops from the resources it
 does create (the task definition's Fargate settings, the service's network and load balancer,
-the load balancer's and target group's attributes) are applied through moto's own ECS, ELBv2,
-CloudFront and Application Auto Scaling APIs from the template's properties, so those APIs at
-least accept them. Without the home, the streams are nowhere — no Lambda, no HTTP API route —
-and the polling routes answer on Lambda."""
+the load balancer's and target group's attributes, its ingress from a prefix list) are applied
+through moto's own EC2, ECS, ELBv2, CloudFront and Application Auto Scaling APIs from the
+template's properties, so those APIs at least accept them. Without the home, the streams are
+nowhere — no Lambda, no HTTP API route — and the polling routes answer on Lambda."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 from collections.abc import Callable, Iterator
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from lib.local.routing import discover_routes
 from lib.local.server import HEALTH_PATH
 from lib.ops.aws_streams import (
     DEREGISTRATION_DELAY_S,
+    ORIGIN_SECRET_HEADER,
     STREAM_MAX_DURATION_S,
     STREAMS_PER_TASK,
     is_stream,
@@ -53,6 +55,8 @@ STREAM_ROUTES = [route for route in discover_routes(PROJECT_ROOT) if is_stream(r
 STREAMS_DOMAIN = "streams.example.com"
 IMAGE = "123456789012.dkr.ecr.eu-north-1.amazonaws.com/ermis-streams:1"
 LISTEN_URL = "postgresql://ermis@db.internal:5432/ermis"
+ORIGIN_SECRET = "origin-secret-for-tests"
+CLOUDFRONT_PREFIX_LIST = "com.amazonaws.global.cloudfront.origin-facing"
 
 
 @pytest.fixture
@@ -83,6 +87,8 @@ def streams_parameters(aws: MotoAws) -> dict[str, str]:
     ]
     zone = aws.client("route53").create_hosted_zone(Name="example.com", CallerReference="ermis")["HostedZone"]["Id"]
     return {
+        "CloudFrontPrefixListId": cloudfront_prefix_list(aws),
+        "StreamsOriginSecret": ORIGIN_SECRET,
         "StreamsImageUri": IMAGE,
         "VpcId": vpc,
         "LoadBalancerSubnetIds": ",".join(subnets),
@@ -92,6 +98,20 @@ def streams_parameters(aws: MotoAws) -> dict[str, str]:
         "StreamsHostedZoneId": zone.rsplit("/", 1)[-1],
         "DatabaseListenUrl": LISTEN_URL,
     }
+
+
+def cloudfront_prefix_list(aws: MotoAws) -> str:
+    """The region's CloudFront origin-facing prefix list, as the README says to look it up (made
+    in moto first when moto does not carry it)."""
+    ec2 = aws.client("ec2")
+    name = [{"Name": "prefix-list-name", "Values": [CLOUDFRONT_PREFIX_LIST]}]
+    found = ec2.describe_managed_prefix_lists(Filters=name)["PrefixLists"]
+    if not found:
+        created = ec2.create_managed_prefix_list(
+            PrefixListName=CLOUDFRONT_PREFIX_LIST, MaxEntries=60, AddressFamily="IPv4"
+        )
+        return created["PrefixList"]["PrefixListId"]
+    return found[0]["PrefixListId"]
 
 
 def certificate(aws: MotoAws, domain: str) -> str:
@@ -155,8 +175,10 @@ def test_a_home_missing_a_part_is_refused_before_anything_is_created() -> None:
     whole = {"StreamsImageUri": IMAGE, "VpcId": "vpc-1", "StreamsDomainName": STREAMS_DOMAIN}
     whole |= {"StreamsCertificateArn": "arn:aws:acm:eu-north-1:1:certificate/s", "StreamsHostedZoneId": "Z1"}
     whole |= {"LoadBalancerSubnetIds": "subnet-1,subnet-2", "TaskSubnetIds": "subnet-3"}
+    whole |= {"CloudFrontPrefixListId": "pl-1", "StreamsOriginSecret": "s3cr3t"}
     assert refusals(whole) == [] and refusals({}) == []  # no image: no home, nothing needed
-    for missing in ("VpcId", "StreamsDomainName", "StreamsCertificateArn", "StreamsHostedZoneId", "TaskSubnetIds"):
+    for missing in ("VpcId", "StreamsDomainName", "StreamsCertificateArn", "StreamsHostedZoneId", "TaskSubnetIds",
+                    "CloudFrontPrefixListId", "StreamsOriginSecret"):  # fmt: skip
         assert refusals({**whole, missing: ""}) == [f"StreamsImageUri needs {missing}"]
     assert refusals({"SiteDomainName": SITE_DOMAIN}) == ["SiteDomainName needs SiteCertificateArn (ACM, us-east-1)"]
 
@@ -180,7 +202,6 @@ def test_the_streams_home_deploys_into_cloudformation(aws: MotoAws) -> None:
     [listener] = elb.describe_listeners(LoadBalancerArn=load_balancer["LoadBalancerArn"])["Listeners"]
     assert (listener["Protocol"], listener["Port"]) == ("HTTPS", 443)
     assert listener["Certificates"][0]["CertificateArn"] == parameters["StreamsCertificateArn"]
-    assert listener["DefaultActions"][0]["TargetGroupArn"] == target_group["TargetGroupArn"]
     records = aws.client("route53").list_resource_record_sets(HostedZoneId=parameters["StreamsHostedZoneId"])
     [record] = [item for item in records["ResourceRecordSets"] if item["Name"].rstrip(".") == STREAMS_DOMAIN]
     assert (record["Type"], record["ResourceRecords"]) == ("CNAME", [{"Value": load_balancer["DNSName"]}])
@@ -190,6 +211,7 @@ def test_the_streams_home_deploys_into_cloudformation(aws: MotoAws) -> None:
     values = stack_values(aws, TEMPLATE, parameters)
     apply_what_moto_cloudformation_lacks(aws, values)
     service = apply_the_streams_service(aws, values)
+    assert_only_cloudfront_and_only_streams(aws, load_balancer, listener, target_group, parameters)
 
     attributes = elb.describe_target_group_attributes(TargetGroupArn=target_group["TargetGroupArn"])["Attributes"]
     delay = int(next(item["Value"] for item in attributes if item["Key"] == "deregistration_delay.timeout_seconds"))
@@ -233,8 +255,42 @@ def test_the_streams_home_deploys_into_cloudformation(aws: MotoAws) -> None:
         path_pattern(route) for route in STREAM_ROUTES
     )
     assert {behaviour["TargetOriginId"] for behaviour in behaviours} == {"streams"}
+    assert origins["streams"]["CustomHeaders"]["Items"] == [
+        {"HeaderName": ORIGIN_SECRET_HEADER, "HeaderValue": ORIGIN_SECRET}
+    ]  # what the listener's rules ask for
     assert distribution["DefaultCacheBehavior"]["TargetOriginId"] == "http-api"
     assert distribution["Aliases"]["Items"] == [SITE_DOMAIN]
+
+
+def assert_only_cloudfront_and_only_streams(
+    aws: MotoAws, load_balancer: dict, listener: dict, target_group: dict, parameters: dict[str, str]
+) -> None:
+    """The second front door is shut: HTTPS from CloudFront's prefix list only (no CIDR at all),
+    a 404 for whatever no rule forwards, and every rule forwarding only stream routes that carry
+    CloudFront's secret header. (moto keeps what the listener is given but routes no request
+    through it: a request for another path is a 404 because no rule names its path and the
+    default action is the 404.)"""
+    ec2, elb = aws.client("ec2"), aws.client("elbv2")
+    [group] = ec2.describe_security_groups(GroupIds=load_balancer["SecurityGroups"])["SecurityGroups"]
+    [ingress] = group["IpPermissions"]
+    assert (ingress["IpProtocol"], ingress["FromPort"], ingress["ToPort"]) == ("tcp", 443, 443)
+    assert [item["PrefixListId"] for item in ingress["PrefixListIds"]] == [parameters["CloudFrontPrefixListId"]]
+    assert ingress.get("IpRanges", []) == [] and ingress.get("Ipv6Ranges", []) == []
+    [default] = listener["DefaultActions"]
+    assert default["Type"] == "fixed-response" and default["FixedResponseConfig"]["StatusCode"] == "404"
+    assert json.loads(default["FixedResponseConfig"]["MessageBody"])["error"]["code"] == "not_found"
+    rules = [rule for rule in elb.describe_rules(ListenerArn=listener["ListenerArn"])["Rules"] if not rule["IsDefault"]]
+    forwarded: list[str] = []
+    for rule in rules:
+        conditions = {condition["Field"]: condition for condition in rule["Conditions"]}
+        assert set(conditions) == {"path-pattern", "http-header"}
+        header = conditions["http-header"]["HttpHeaderConfig"]
+        assert (header["HttpHeaderName"], header["Values"]) == (ORIGIN_SECRET_HEADER, [ORIGIN_SECRET])
+        assert [action["TargetGroupArn"] for action in rule["Actions"]] == [target_group["TargetGroupArn"]]
+        forwarded += conditions["path-pattern"]["PathPatternConfig"]["Values"]
+    assert sorted(forwarded) == sorted(path_pattern(route) for route in STREAM_ROUTES)
+    for other in ("/api/admin/flags", "/api/notifications", "/admin/", "/__health", "/api/admin/state/cleanup"):
+        assert not any(fnmatchcase(other, pattern) for pattern in forwarded), other
 
 
 async def test_without_its_home_the_streams_are_nowhere_and_polling_answers(
@@ -299,9 +355,20 @@ def ecs_shape(value: Any, key: str = "") -> Any:
 
 
 def apply_the_streams_service(aws: MotoAws, values: StackValues) -> dict[str, Any]:
-    """The task definition, service, attributes and scaling, through moto's APIs from the template."""
+    """The task definition, service, attributes and scaling, and the load balancer's ingress (moto's
+    CloudFormation keeps a rule's CIDR and source group only, not its prefix list), through moto's
+    APIs from the template."""
     resources = TEMPLATE["Resources"]
     elb, ecs = aws.client("elbv2"), aws.client("ecs")
+    ingress = values.resolve(resources["StreamsLoadBalancerSecurityGroup"]["Properties"])["SecurityGroupIngress"]
+    aws.client("ec2").authorize_security_group_ingress(
+        GroupId=values.refs["StreamsLoadBalancerSecurityGroup"],
+        IpPermissions=[
+            {key: rule[key] for key in ("IpProtocol", "FromPort", "ToPort")}
+            | {"PrefixListIds": [{"PrefixListId": rule["SourcePrefixListId"]}]}
+            for rule in ingress
+        ],
+    )
     load_balancer = values.resolve(resources["StreamsLoadBalancer"]["Properties"])
     elb.modify_load_balancer_attributes(
         LoadBalancerArn=values.refs["StreamsLoadBalancer"], Attributes=load_balancer["LoadBalancerAttributes"]
@@ -331,7 +398,7 @@ def apply_the_streams_service(aws: MotoAws, values: StackValues) -> dict[str, An
 def cloudfront_shape(value: Any, key: str = "") -> Any:
     """CloudFormation's distribution config as the CloudFront API's: lists as Quantity and Items."""
     renamed = {"OriginSSLProtocols": "OriginSslProtocols", "AcmCertificateArn": "ACMCertificateArn"}
-    renamed |= {"SslSupportMethod": "SSLSupportMethod"}
+    renamed |= {"SslSupportMethod": "SSLSupportMethod", "OriginCustomHeaders": "CustomHeaders"}
     if isinstance(value, list):
         items = [cloudfront_shape(item) for item in value]
         if key == "AllowedMethods":
