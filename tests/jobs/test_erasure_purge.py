@@ -17,7 +17,7 @@ from lib.jobs.erasure_purge import purge_due_data_erasure_requests
 from lib.local.paths import PROJECT_ROOT
 from lib.platform.erasure import create_data_erasure_request, get_data_erasure_request
 from tests.support.auth import cron_headers, session_headers
-from tests.support.db import table_refusing_updates
+from tests.support.db import table_refusing
 from tests.support.functions import client_for, load_api_app
 from tests.support.reliability import record
 
@@ -83,7 +83,7 @@ async def test_one_failing_purge_is_reported_once_and_the_rest_go_on(db, capsys:
     await db.execute("INSERT INTO ai_usage_ledger (id, user_id) VALUES ('l1', 'u_bad')")
     bad = await create_data_erasure_request("u_bad", timedelta(0))
     good = await create_data_erasure_request("u_good", timedelta(0))
-    async with table_refusing_updates(db, "ai_usage_ledger"):
+    async with table_refusing(db, "ai_usage_ledger"):
         result = await purge_due_data_erasure_requests()
     assert (result["due"], result["purged"], result["failed"]) == (2, 1, 1)
     statuses = {item["id"]: item["status"] for item in result["results"]}

@@ -35,7 +35,7 @@ from lib.platform.erasure import (
 from lib.redis.client import get_redis
 from lib.redis.commands import execute_command
 from lib.streams.limits import KEY_PREFIX
-from tests.support.db import table_refusing_updates
+from tests.support.db import table_refusing
 from tests.support.security import record
 
 # What the purge also counts, untouched in these cases: the channels, the Redis retry entries and keys.
@@ -110,7 +110,7 @@ async def test_confirm_of_a_request_no_longer_pending_is_none(db) -> None:
 async def test_a_purge_failing_half_way_leaves_everything_as_it_was(db) -> None:
     await seed_personal_data(db)
     request = await create_data_erasure_request("user_gone", timedelta(0))
-    async with table_refusing_updates(db, "ai_usage_ledger"):
+    async with table_refusing(db, "ai_usage_ledger"):
         with pytest.raises(Exception, match="read-only today"):
             await confirm_data_erasure_request(request.id)
     assert (await get_data_erasure_request(request.id)).status == "pending"
