@@ -57,8 +57,9 @@ class VercelRouter:
         self.public_dir = project_root / "public"
         self.routes = discover_routes(project_root)
         self.apps = {route.file: load_function_app(project_root, route.file) for route in self.routes}
-        # The files and the router's own answers get the headers vercel.json gives them on Vercel.
-        self._with_headers = SecurityHeadersMiddleware(self._route)
+        # The files and the router's own answers get the headers vercel.json gives them on Vercel
+        # (a function's app adds its own: wrapping it again would cost every stream frame a call).
+        self._own_answers = SecurityHeadersMiddleware(self._answer)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -66,9 +67,20 @@ class VercelRouter:
             return
         if scope["type"] != "http":
             return
-        await self._with_headers(scope, receive, send)
+        found = resolve(self.routes, scope["path"]) if head_problem(scope) is None else None
+        if found is None:
+            await self._own_answers(scope, receive, send)
+            return
+        route, params = found
+        if params:
+            extra = urlencode(params).encode()
+            query = scope.get("query_string", b"")
+            scope = {**scope, "query_string": query + b"&" + extra if query else extra}
+        with HeadersContext(headers_from_asgi_scope(scope)).use():
+            await self.apps[route.file](scope, receive, send)
 
-    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """What no function answers: a refused target, the health check, ``/__dev``, a file, a 404."""
         if (problem := head_problem(scope)) is not None:
             await error_response(*problem)(scope, receive, send)
             return
@@ -78,16 +90,6 @@ class VercelRouter:
             return
         if path in self.dev_routes:
             await self.dev_routes[path](scope, receive, send)
-            return
-        found = resolve(self.routes, path)
-        if found is not None:
-            route, params = found
-            if params:
-                extra = urlencode(params).encode()
-                query = scope.get("query_string", b"")
-                scope = {**scope, "query_string": query + b"&" + extra if query else extra}
-            with HeadersContext(headers_from_asgi_scope(scope)).use():
-                await self.apps[route.file](scope, receive, send)
             return
         static = self._static_file(path)
         if static is None:

@@ -146,7 +146,7 @@ local rewritten = 0
 for _, key in ipairs(KEYS) do
   for index, raw in ipairs(redis.call('LRANGE', key, 0, -1)) do
     if string.find(raw, person, 1, true) then
-      local replacement = raw
+      local replacement
       local ok, item = pcall(cjson.decode, raw)
       if key == KEYS[3] and ok and type(item) == 'table' and type(item['entry']) == 'string' then
         item['entry'] = without_person(item['entry'])
