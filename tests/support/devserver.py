@@ -23,6 +23,7 @@ from lib.local.paths import PROJECT_ROOT
 from lib.local.services import free_port
 
 STARTUP_SECONDS = 120
+STOP_SECONDS = 60  # SIGTERM to exit: the streams end at once, the embedded services stop in seconds
 SERVICE_PROCESS_NAMES = {"postgres", "redis-server"}
 # Unless a test names its own, the dev server's cron clock starts just after the 03:30 crons and a
 # refresh (every 10 minutes), so nothing is scheduled for nine minutes: a cron firing on the wall
@@ -93,7 +94,7 @@ def service_pids(under: Path) -> set[int]:
 @contextmanager
 def running_dev_server(data_dir: Path, *args: str, port: int | None = None, **extra_env: str) -> Iterator[DevServer]:
     port = port or free_port()
-    env = script_env(data_dir, port, **extra_env)
+    env = {**script_env(data_dir, port, **extra_env), "PYTHONFAULTHANDLER": "1"}
     if "--cron-clock-start" not in args:
         args = ("--cron-clock-start", QUIET_CRON_CLOCK, *args)
     process = subprocess.Popen(
@@ -115,14 +116,33 @@ def running_dev_server(data_dir: Path, *args: str, port: int | None = None, **ex
     finally:
         process.send_signal(signal.SIGTERM)
         try:
-            process.wait(timeout=60)
+            process.wait(timeout=STOP_SECONDS)
         except subprocess.TimeoutExpired:
+            # Where it hangs: faulthandler (on through the environment) prints every thread's
+            # stack on SIGABRT, into the output the failure shows.
+            process.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
             process.kill()
-            raise
+            for pid in service_pids(data_dir):  # its embedded services, which it did not stop
+                with contextlib.suppress(psutil.Error):
+                    psutil.Process(pid).kill()
+            reader.join(timeout=10)
+            server.seen.extend(_drain(lines))
+            raise AssertionError(
+                f"scripts/dev did not stop within {STOP_SECONDS} s of SIGTERM; its output:\n" + "\n".join(server.seen)
+            ) from None
         finally:
             # The reader ends at the pipe's end; then the pipe is closed, not left to the collector.
             reader.join(timeout=10)
             process.stdout.close()
+
+
+def _drain(lines: queue.Queue[str]) -> list[str]:
+    drained = []
+    while not lines.empty():
+        drained.append(lines.get_nowait())
+    return drained
 
 
 def run_script(server: DevServer, script: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
