@@ -1,6 +1,8 @@
 """The stream soak: a real ``scripts/serve`` process holding streams that drop and resume by
 ``Last-Event-ID`` again and again while a writer commits alerts — what each stream got, and the
-process's resident memory over time (``/proc/<pid>/statm``). The suite runs it shortened
+process's memory over time (``/proc/<pid>/statm``): resident, and mapped for data (its heaps,
+anonymous mappings and stack) — resident memory can only grow within what is mapped, so a mapped
+size that stays flat bounds a resident size still rising as mapped pages are first touched. The suite runs it shortened
 (tests/streams/test_soak.py), the benchmark at length (benchmarks/stream_soak.py)."""
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class SoakClient:
 class SoakResult:
     clients: list[SoakClient]
     written: list[tuple[float, str]]  # (commit time, alert id)
-    rss: list[tuple[float, int]]  # (seconds since the start, bytes)
+    memory: list[tuple[float, int, int]]  # (seconds since the start, resident bytes, data bytes)
 
     def connections(self) -> int:
         return sum(client.connections for client in self.clients)
@@ -47,13 +49,22 @@ class SoakResult:
 
     def rss_growth_after(self, warm_up_s: float) -> tuple[int, int]:
         """Resident bytes at the end of the warm-up and the most after it."""
-        after = [rss for at, rss in self.rss if at >= warm_up_s]
+        return self._growth_after(warm_up_s, 1)
+
+    def data_growth_after(self, warm_up_s: float) -> tuple[int, int]:
+        """Bytes mapped for data at the end of the warm-up and the most after it."""
+        return self._growth_after(warm_up_s, 2)
+
+    def _growth_after(self, warm_up_s: float, column: int) -> tuple[int, int]:
+        after = [sample[column] for sample in self.memory if sample[0] >= warm_up_s]
         return after[0], max(after)
 
 
-def rss_of(pid: int) -> int:
+def memory_of(pid: int) -> tuple[int, int]:
+    """Resident bytes and bytes mapped for data (``VmRSS``, ``VmData``) of process ``pid``."""
     with open(f"/proc/{pid}/statm") as statm:
-        return int(statm.read().split()[1]) * PAGE_SIZE
+        _size, resident, _shared, _text, _lib, data, *_ = (int(field) for field in statm.read().split())
+    return resident * PAGE_SIZE, data * PAGE_SIZE
 
 
 async def _hold_then_drop(port: int, token: str, client: SoakClient, hold_s: float) -> None:
@@ -108,7 +119,7 @@ async def soak(
     until it has caught up."""
     clients = [SoakClient() for _ in range(streams)]
     written: list[tuple[float, str]] = []
-    rss: list[tuple[float, int]] = []
+    memory: list[tuple[float, int, int]] = []
     started = time.monotonic()
     until = started + seconds
     rng = random.Random()
@@ -133,9 +144,9 @@ async def soak(
 
     async def sample() -> None:
         while time.monotonic() < until:
-            rss.append((time.monotonic() - started, rss_of(pid)))
+            memory.append((time.monotonic() - started, *memory_of(pid)))
             await asyncio.sleep(1.0)
 
     await asyncio.gather(sample(), write(), *(browse(client) for client in clients))
     await asyncio.gather(*(_hold_then_drop(port, token, client, 3.0) for client in clients))
-    return SoakResult(clients, written, rss)
+    return SoakResult(clients, written, memory)
