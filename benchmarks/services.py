@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -79,3 +80,27 @@ def counting_statements() -> Iterator[Counter]:
         yield counter
     finally:
         psycopg.AsyncConnection.execute = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def settings_env(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in the environment (read by the bundle's settings here and by the processes
+    started meanwhile) until the block ends; then the environment as it was."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    get_settings.cache_clear()
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        get_settings.cache_clear()
+
+
+def option_value(name: str) -> str | None:
+    """The value after ``name`` on the command line, if it is there."""
+    args = sys.argv[1:]
+    return args[args.index(name) + 1] if name in args[:-1] else None

@@ -30,6 +30,7 @@ from benchmarks.services import benchmark_services, counting_statements, use_cha
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.local.paths import PROJECT_ROOT
 from lib.local.server import VercelRouter
+from lib.settings import MAX_STREAM_DURATION_S
 from lib.streams.notification_reads import PAGE_SIZE
 from tests.support.servers import serve_in_thread
 
@@ -120,7 +121,7 @@ def run_design(database_url: str, pushed: bool, private_pem: str, statements: Co
 
 
 def main() -> None:
-    os.environ.update(ERMIS_SSE_MAX_DURATION_S="900", ERMIS_DB_POOL_MAX_SIZE="10")
+    os.environ.update(ERMIS_SSE_MAX_DURATION_S=str(MAX_STREAM_DURATION_S), ERMIS_DB_POOL_MAX_SIZE="10")
     os.environ.pop("ERMIS_SSE_POLL_INTERVAL_MS", None)
     with benchmark_services() as (database_url, _):
         private_pem, public_pem = ensure_dev_key_pair(PROJECT_ROOT / ".data" / "bench-keys")

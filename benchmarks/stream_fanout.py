@@ -11,6 +11,9 @@ p99), and resident memory per idle stream. The changes arrive two ways, a minute
 *lockstep* — every tenant's alert in the same instant, once a second, so each change lands
 behind the other tenants' fan-out (the worst case for one process) — and *independent* — each
 tenant on its own clock, one alert a second at a random moment in it, as tenants are.
+``--detect-interval-ms N`` adds the one-process design with the change detector's round every N
+ms (``ERMIS_STREAM_DETECT_INTERVAL_MS``; default 5): what a shorter interval buys in latency
+(its cost to the writers: ``benchmarks/write_tax.py --detect-interval-ms N``).
 ``--moonshot`` holds 10,000 idle streams (pushed) and reports the same memory and idle figures.
 Targets (issue 13): p99 ≤ 100 ms at 1,000 streams, idle statements at least 10 times fewer
 than polling, ≤ 32 KB per idle stream, 10,000 idle streams held.
@@ -38,10 +41,11 @@ from contextlib import contextmanager
 import psutil
 import psycopg
 
-from benchmarks.services import benchmark_services, counting_statements, use_change_bus
+from benchmarks.services import benchmark_services, counting_statements, option_value, settings_env, use_change_bus
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.local.paths import PROJECT_ROOT
 from lib.local.server import VercelRouter
+from lib.settings import MAX_STREAM_DURATION_S
 from tests.support.fleet import serve_processes
 from tests.support.servers import free_port, serve_in_thread
 
@@ -236,7 +240,7 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     # 20 streams per user (1,000 over 50 users) and 100 per tenant: above the default caps.
     os.environ.update(
-        ERMIS_SSE_MAX_DURATION_S="900",
+        ERMIS_SSE_MAX_DURATION_S=str(MAX_STREAM_DURATION_S),  # a design's streams stay open its ~4 minutes
         ERMIS_DB_POOL_MAX_SIZE="10",
         ERMIS_STREAMS_PER_USER="100",
         ERMIS_STREAMS_PER_TENANT="10000",
@@ -258,10 +262,17 @@ def main() -> None:
                         else {"polled (shared reads, before)": (False, CONNECTIONS, True, 1)}
                     ),
                 }
+            interval_ms = option_value("--detect-interval-ms")
             results = {
                 name: run_design(database_url, pushed, private_pem, statements, connections, active, processes)
                 for name, (pushed, connections, active, processes) in designs.items()
             }
+            if interval_ms is not None:
+                name = f"pushed, detector every {interval_ms} ms"
+                with settings_env({"ERMIS_STREAM_DETECT_INTERVAL_MS": interval_ms}):
+                    results[name] = run_design(database_url, True, private_pem, statements, CONNECTIONS, True)
+                # This process's heap already grew for the first design's streams: not measured again.
+                results[name]["kb_per_stream"] = None
     connections = MOONSHOT_CONNECTIONS if moonshot else CONNECTIONS
     print(f"{connections} streams (half notifications, half feed) over {TENANTS} tenants, default intervals")
     print(f"host: sum(range(1000)) in {speed_before:.1f} µs before the run, {host_speed_us():.1f} µs after")

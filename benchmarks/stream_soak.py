@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 
-from benchmarks.services import benchmark_services
+from benchmarks.services import benchmark_services, option_value
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.local.paths import PROJECT_ROOT
+from lib.settings import MAX_STREAM_DURATION_S
 from tests.support.fleet import serve_processes
 from tests.support.servers import free_port
 from tests.support.soak import soak
@@ -26,14 +26,16 @@ WARM_UP_S = 120
 
 
 def main() -> None:
-    minutes = float(sys.argv[sys.argv.index("--minutes") + 1]) if "--minutes" in sys.argv else 10.0
+    minutes = float(option_value("--minutes") or 10.0)
     with benchmark_services() as (database_url, _):
         private_pem, public_pem = ensure_dev_key_pair(PROJECT_ROOT / ".data" / "bench-keys")
         os.environ["CLERK_JWT_KEY"] = public_pem
         claims = {"sub": "user_soak", "org_id": "org_soak", "org_role": "org:owner"}
         token = mint_session_token(private_pem, claims, 7200)
         port = free_port()
-        with serve_processes([port], ERMIS_STREAMS_PER_USER="100", ERMIS_SSE_MAX_DURATION_S="290") as processes:
+        with serve_processes(
+            [port], ERMIS_STREAMS_PER_USER="100", ERMIS_SSE_MAX_DURATION_S=str(MAX_STREAM_DURATION_S)
+        ) as processes:
             result = asyncio.run(
                 soak(
                     processes[port].pid,

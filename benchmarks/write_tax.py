@@ -24,7 +24,8 @@ logical``; this Postgres runs ``replica`` and changing it needs a restart, so it
 Also counted: Postgres connections held for change detection (``ermis-change-detector`` for the
 shipped design, the ``LISTEN`` connections before) and every connection the stream processes
 hold. Run: ``.venv/bin/python -m benchmarks.write_tax`` (about ten minutes; ``--shipped-only``
-skips the designs before).
+skips the designs before; ``--detect-interval-ms N`` adds the shipped design with one process
+whose detector runs a round every N ms, ``ERMIS_STREAM_DETECT_INTERVAL_MS``, default 5).
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ from contextlib import contextmanager
 import psutil
 import psycopg
 
-from benchmarks.services import benchmark_services
+from benchmarks.services import benchmark_services, option_value, settings_env
 from lib.local.dev_keys import ensure_dev_key_pair, mint_session_token
 from lib.local.paths import PROJECT_ROOT
+from lib.settings import MAX_STREAM_DURATION_S
 from tests.support.servers import free_port
 
 WRITERS = 8
@@ -309,7 +311,7 @@ def main() -> None:
     with benchmark_services() as (database_url, _):
         private_pem, public_pem = ensure_dev_key_pair(PROJECT_ROOT / ".data" / "bench-keys")
         os.environ["CLERK_JWT_KEY"] = public_pem
-        os.environ["ERMIS_SSE_MAX_DURATION_S"] = "3600"
+        os.environ["ERMIS_SSE_MAX_DURATION_S"] = str(MAX_STREAM_DURATION_S)  # longer than a count's measures
         token = mint_session_token(private_pem, {"sub": "user_bench", "org_id": "org_0", "org_role": "org:owner"}, 7200)
         results: dict[str, dict[str, tuple[float, float]]] = {}
         held: dict[str, dict[str, int]] = {}
@@ -331,6 +333,10 @@ def main() -> None:
         measure(database_url, "shipped: positioned after commit, 0 processes", results)
         attached = functools.partial(stream_processes, token=token)
         measure_attached(database_url, "shipped: positioned after commit", attached, results, held, cores)
+        if (interval_ms := option_value("--detect-interval-ms")) is not None:
+            with settings_env({"ERMIS_STREAM_DETECT_INTERVAL_MS": interval_ms}), attached(1) as processes:
+                label = f"shipped, the detector's round every {interval_ms} ms, 1 attached"
+                measure(database_url, label, results, processes, cores)
 
     print(f"\n{WRITERS} writers, one alert per transaction, {WRITE_S:.0f} s each; each design against its own bare")
     print(f"| design | {' | '.join(TENANCY)} |")
