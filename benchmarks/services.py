@@ -12,11 +12,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from lib.db.migrate import apply_migrations
 from lib.local.services import EmbeddedPostgres, EmbeddedRedis
 from lib.settings import get_settings
+from tests.support.env import env_setter
 
 SCRATCH_DATABASE = "ermis_benchmark"
 
@@ -85,19 +87,13 @@ def counting_statements() -> Iterator[Counter]:
 @contextmanager
 def settings_env(values: dict[str, str]) -> Iterator[None]:
     """``values`` in the environment (read by the bundle's settings here and by the processes
-    started meanwhile) until the block ends; then the environment as it was."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    get_settings.cache_clear()
+    started meanwhile) until the block ends, set as the tests set theirs (``env_setter``)."""
     try:
-        yield
+        with pytest.MonkeyPatch.context() as patch:
+            env_setter(patch)(**values)
+            yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        get_settings.cache_clear()
+        get_settings.cache_clear()  # the environment is back as it was: so are the settings
 
 
 def option_value(name: str) -> str | None:

@@ -262,12 +262,11 @@ def main() -> None:
                         else {"polled (shared reads, before)": (False, CONNECTIONS, True, 1)}
                     ),
                 }
-            interval_ms = option_value("--detect-interval-ms")
             results = {
                 name: run_design(database_url, pushed, private_pem, statements, connections, active, processes)
                 for name, (pushed, connections, active, processes) in designs.items()
             }
-            if interval_ms is not None:
+            if (interval_ms := option_value("--detect-interval-ms")) is not None:
                 name = f"pushed, detector every {interval_ms} ms"
                 with settings_env({"ERMIS_STREAM_DETECT_INTERVAL_MS": interval_ms}):
                     results[name] = run_design(database_url, True, private_pem, statements, CONNECTIONS, True)

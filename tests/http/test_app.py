@@ -8,11 +8,10 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from lib.auth.gates import Gate
 from lib.http.app import function_app
 from lib.http.errors import ApiError
 from lib.http.routing import guarded, route
-from tests.support.functions import client_for
+from tests.support.functions import OPEN, client_for
 
 
 async def boom(_request: Request) -> Response:
@@ -29,13 +28,6 @@ async def broken_stream(_request: Request) -> Response:
         raise RuntimeError("mid-stream failure")
 
     return StreamingResponse(chunks())
-
-
-async def _admit_all(_request: Request) -> None:
-    return None
-
-
-OPEN = Gate("test-open", _admit_all)
 
 
 app = function_app(

@@ -9,7 +9,6 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from lib.auth.gates import Gate
 from lib.db.pool import close_pools
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
@@ -19,7 +18,7 @@ from lib.platform.ai_ledger_retry import QUEUE_KEY
 from lib.platform.ai_usage import AiUsage, metering_event, record_ai_usage, record_ai_usage_after_response
 from lib.redis.client import get_redis
 from lib.redis.commands import execute_command
-from tests.support.functions import client_for
+from tests.support.functions import OPEN, client_for
 
 USAGE = AiUsage(id="call-1", tenant_scope_id="org_a", user_id="user_9", model="m", input_tokens=10, output_tokens=5)
 
@@ -82,14 +81,11 @@ async def test_with_both_stores_down_the_entry_is_logged_whole(db, set_env, caps
 
 
 async def test_after_response_recording_lands_once_the_request_is_done(db) -> None:
-    async def admit(_request: Request) -> None:
-        return None
-
     async def synthesise(_request: Request) -> Response:
         record_ai_usage_after_response(USAGE)
         return JSONResponse({"story": "done"})
 
-    app = function_app(route("/synthesise", POST=guarded(Gate("test-open", admit), synthesise)))
+    app = function_app(route("/synthesise", POST=guarded(OPEN, synthesise)))
     async with client_for(app) as client:
         assert (await client.post("/synthesise")).json() == {"story": "done"}
     assert (await rows(db))[0] == [("call-1", "user_9", 10)]

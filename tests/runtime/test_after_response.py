@@ -13,22 +13,15 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from lib.auth.gates import Gate
 from lib.http.app import function_app
 from lib.http.routing import guarded, route
 from lib.runtime.after_response import run_after_response, wait_for_detached_work
+from tests.support.functions import OPEN
 from tests.support.servers import serve_in_thread
 
 release = threading.Event()
 finished = threading.Event()
 sink: list[str] = []
-
-
-async def _open(_request: Request) -> None:
-    return None
-
-
-OPEN = Gate("test-open", _open)
 
 
 async def slow_work() -> None:

@@ -14,7 +14,7 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from lib.auth.gates import QUEUE_MESSAGE_HMAC, Gate
+from lib.auth.gates import QUEUE_MESSAGE_HMAC
 from lib.bundle import bundle_relative_path
 from lib.db.state_store import set_state
 from lib.http.app import function_app
@@ -29,7 +29,7 @@ from lib.queues.topics import wire_topic
 from tests.queues.test_consumer import PATH, TOPIC
 from tests.support.db import table_refusing
 from tests.support.env import allow_egress
-from tests.support.functions import client_for
+from tests.support.functions import OPEN, client_for
 from tests.support.outbound import Counting
 from tests.support.queue import embedded_queue, rss_message
 from tests.support.security import record
@@ -81,10 +81,6 @@ async def test_an_error_next_to_a_signing_key_reaches_sentry_without_it(set_env,
     assert leaked == []
 
 
-async def allow_all(_request: Request) -> None:
-    return None
-
-
 async def test_a_webhook_delivery_that_fails_reaches_sentry_without_its_secrets(set_env, db, redis) -> None:
     """The real delivery: a rule's alert is signed with the tenant's key and posted to a receiver
     whose URL holds a token, then recording the attempt fails (the log refuses the row), with the
@@ -102,7 +98,7 @@ async def test_a_webhook_delivery_that_fails_reaches_sentry_without_its_secrets(
             on_new_stories_synchronized("org_err", stories)
             return JSONResponse({"synchronized": True})
 
-        app = function_app(route("/sync", POST=guarded(Gate("test-open", allow_all), sync_stories)))
+        app = function_app(route("/sync", POST=guarded(OPEN, sync_stories)))
         async with table_refusing(db, "delivery_logs", "INSERT"), client_for(app) as client:
             assert (await client.post("/sync")).status_code == 200
         items = sink.items()

@@ -117,7 +117,9 @@ def running_dev_server(data_dir: Path, *args: str, port: int | None = None, **ex
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout=STOP_SECONDS)
+            hung = False
         except subprocess.TimeoutExpired:
+            hung = True
             # Where it hangs: faulthandler (on through the environment) prints every thread's
             # stack on SIGABRT, into the output the failure shows.
             process.send_signal(signal.SIGABRT)
@@ -127,15 +129,14 @@ def running_dev_server(data_dir: Path, *args: str, port: int | None = None, **ex
             for pid in service_pids(data_dir):  # its embedded services, which it did not stop
                 with contextlib.suppress(psutil.Error):
                     psutil.Process(pid).kill()
-            reader.join(timeout=10)
+        # The reader ends at the pipe's end; then the pipe is closed, not left to the collector.
+        reader.join(timeout=10)
+        process.stdout.close()
+        if hung:
             server.seen.extend(_drain(lines))
             raise AssertionError(
                 f"scripts/dev did not stop within {STOP_SECONDS} s of SIGTERM; its output:\n" + "\n".join(server.seen)
-            ) from None
-        finally:
-            # The reader ends at the pipe's end; then the pipe is closed, not left to the collector.
-            reader.join(timeout=10)
-            process.stdout.close()
+            )
 
 
 def _drain(lines: queue.Queue[str]) -> list[str]:

@@ -2,8 +2,9 @@
 ``Last-Event-ID`` again and again while a writer commits alerts — what each stream got, and the
 process's memory over time (``/proc/<pid>/statm``): resident, and mapped for data (its heaps,
 anonymous mappings and stack) — resident memory can only grow within what is mapped, so a mapped
-size that stays flat bounds a resident size still rising as mapped pages are first touched. The suite runs it shortened
-(tests/streams/test_soak.py), the benchmark at length (benchmarks/stream_soak.py)."""
+size that stays flat bounds a resident size still rising as mapped pages are first touched. The
+suite runs it shortened (tests/streams/test_soak.py), the benchmark at length
+(benchmarks/stream_soak.py)."""
 
 from __future__ import annotations
 
