@@ -2,8 +2,10 @@
 
 A run is inserted ``running`` when its job's run lease is granted and finished when its response
 is ready: ``succeeded`` (any answer under 500), or ``failed`` with the error message of the
-typed 500. A duplicate that found its job running is recorded ``skipped``. The summary is the
-response body's counters: scalars as they are, nested objects of scalars (the refresh's
+typed 500 — or of a 200 whose body counts items it ``failed`` (a metering row out of attempts,
+an erasure whose verification found the person left), which the drain escalated too. A
+duplicate that found its job running is recorded ``skipped``. The summary is the response
+body's counters: scalars as they are, nested objects of scalars (the refresh's
 ``tenantIngestion``) kept, lists replaced by their length — so a purge of thousands of requests
 stores a number, not the list.
 
@@ -52,7 +54,10 @@ async def start_cron_run(job: str, trigger: Trigger) -> int | None:
 async def finish_cron_run(run_id: int | None, started: float, response: Response) -> None:
     """``started`` is the ``time.monotonic()`` of the run's start."""
     summary, error = response_summary(response)
-    status = "failed" if response.status_code >= 500 else "succeeded"
+    failed_items = (summary or {}).get("failed")
+    if isinstance(failed_items, int) and not isinstance(failed_items, bool) and failed_items > 0:
+        error = f"{failed_items} failed (the run's summary and the job's own records say which)"
+    status = "failed" if response.status_code >= 500 or error else "succeeded"
     await _finish(run_id, started, status, response.status_code, summary, error)
 
 

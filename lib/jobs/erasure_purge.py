@@ -36,6 +36,11 @@ async def purge_due_data_erasure_requests() -> dict[str, Any]:
         if confirmed is None:
             results.append({"id": request.id, "status": "skipped"})
             continue
+        if confirmed.status == "failed":
+            failed += 1
+            results.append({"id": request.id, "status": "failed", "counts": confirmed.purge_counts,
+                            "leftovers": confirmed.leftovers})  # fmt: skip
+            continue
         purged += 1
         results.append({"id": request.id, "status": "purged", "counts": confirmed.purge_counts})
     report_cron_drain_failures(MONITOR, failed)

@@ -13,14 +13,18 @@ run's reclaim pass moves it back. Each step is one round trip whatever the batch
 ``reclaim``, ``claim`` and ``acknowledge`` are Lua scripts, atomic on the server. An
 acknowledgement acts on a claimed entry only if the claim is intact — its raw text still on
 ``processing`` (``LREM`` removed it): then the entry's requeue or dead letter is pushed. An
-entry rewritten meanwhile (an erasure took its person out, ``erase_person``) is left where it
-is, rewritten, for the next run's reclaim: the redrive never writes back what it claimed before
-the erasure.
+entry rewritten meanwhile (an erasure took its person out) is left where it is, rewritten, for
+the next run's reclaim: the redrive never writes back what it claimed before the erasure.
 
-``erase_person`` is the erasure's part here (``lib.platform.erasure``): one script rewrites
-every entry of the three lists whose ``user_id`` is the person's — the id set to null, the usage
-kept, as the ledger keeps its rows — and replaces any other occurrence of the id in an entry
-(a malformed one's raw text) with ``[erased]``.
+**The erasure's pause.** An erasure (``lib.platform.ai_ledger_erasure``) walks the lists in
+slices, by index from their right ends; anything that removes or moves an entry meanwhile would
+shift the indices under it. So while ``ai-ledger:retry:erasures`` holds a live entry (a sorted
+set: one member per running erasure, scored by when it lapses, in Redis's own clock), every
+script here that moves or removes entries stands still: reclaim and claim move nothing, an
+acknowledgement leaves its claims on ``processing`` (the next run's reclaim lands them again;
+landing is idempotent on the entry's id), and the operator's redrive and delete answer
+``erasure_running``. Producers keep pushing at the left end, which moves no index counted from
+the right. A crashed erasure's pause lapses by itself (``ERASURE_PAUSE_MS``).
 
 ``LedgerDeadLetters`` is the DLQ as a source of stuck work for the operations console: list
 (at most ``DLQ_SCAN_LIMIT`` items are read), redrive (back onto the queue, attempts reset, in
@@ -37,24 +41,40 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lib.clock import iso_timestamp
-from lib.platform.stuck_work import EntryOutcome, Position, StuckEntry, outcomes_in_order
+from lib.platform.stuck_work import EntryOutcome, Outcome, Position, StuckEntry, outcomes_in_order
 from lib.redis.client import get_redis
 from lib.redis.commands import execute_command
 
 QUEUE_KEY = "ai-ledger:retry:queue"
 PROCESSING_KEY = "ai-ledger:retry:processing"
 DLQ_KEY = "ai-ledger:retry:dlq"
+ERASURES_KEY = "ai-ledger:retry:erasures"
+
+# Lua: whether an erasure is running (KEYS[ERASURES] holds a member that has not lapsed).
+_ERASING = """
+local function erasing(key)
+  local now = redis.call('TIME')
+  return redis.call('ZCOUNT', key, now[1] * 1000 + math.floor(now[2] / 1000), '+inf') > 0
+end
+"""
 
 # Every entry stranded on processing goes back to the head of the queue (the right end);
 # returns the queue's length after that, which bounds the run.
-_RECLAIM_SCRIPT = """
+_RECLAIM_SCRIPT = (
+    _ERASING
+    + """
+if erasing(KEYS[3]) then return redis.call('LLEN', KEYS[2]) end
 while redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT') do end
 return redis.call('LLEN', KEYS[2])
 """
+)
 
 # Up to ARGV[1] entries from the head of the queue onto processing, returned in order.
-_CLAIM_SCRIPT = """
+_CLAIM_SCRIPT = (
+    _ERASING
+    + """
 local claimed = {}
+if erasing(KEYS[3]) then return claimed end
 for i = 1, tonumber(ARGV[1]) do
   local entry = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
   if not entry then break end
@@ -62,6 +82,7 @@ for i = 1, tonumber(ARGV[1]) do
 end
 return claimed
 """
+)
 
 
 class RedisNotConfigured(RuntimeError):
@@ -86,11 +107,11 @@ async def enqueue_ai_ledger_retry(ledger_fields: dict[str, Any]) -> None:
 
 async def reclaim_stranded(client: Any) -> int:
     """Move every stranded entry back to the queue; returns the queue length."""
-    return int(await execute_command(client, "EVAL", _RECLAIM_SCRIPT, 2, PROCESSING_KEY, QUEUE_KEY))
+    return int(await execute_command(client, "EVAL", _RECLAIM_SCRIPT, 3, PROCESSING_KEY, QUEUE_KEY, ERASURES_KEY))
 
 
 async def claim_batch(client: Any, size: int) -> list[str]:
-    claimed = await execute_command(client, "EVAL", _CLAIM_SCRIPT, 2, QUEUE_KEY, PROCESSING_KEY, size)
+    claimed = await execute_command(client, "EVAL", _CLAIM_SCRIPT, 3, QUEUE_KEY, PROCESSING_KEY, ERASURES_KEY, size)
     return list(claimed or [])
 
 
@@ -99,8 +120,12 @@ def dead_letter(raw: str, reason: str) -> str:
 
 
 # ARGV: a triple per claimed entry — its raw text, its requeue entry and its dead letter ('' for
-# none). An entry's requeue and dead letter are pushed only when its raw text was still there.
-_ACKNOWLEDGE_SCRIPT = """
+# none). An entry's requeue and dead letter are pushed only when its raw text was still there;
+# during an erasure nothing moves (the module's docstring).
+_ACKNOWLEDGE_SCRIPT = (
+    _ERASING
+    + """
+if erasing(KEYS[4]) then return 0 end
 for i = 1, #ARGV, 3 do
   if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
     if ARGV[i + 1] ~= '' then redis.call('LPUSH', KEYS[2], ARGV[i + 1]) end
@@ -109,6 +134,7 @@ for i = 1, #ARGV, 3 do
 end
 return 0
 """
+)
 
 
 @dataclass(frozen=True)
@@ -126,63 +152,29 @@ async def acknowledge(client: Any, settled: Sequence[Settled]) -> None:
     if not settled:
         return
     arguments = [part for entry in settled for part in (entry.raw, entry.requeue or "", entry.dead_letter or "")]
-    await execute_command(client, "EVAL", _ACKNOWLEDGE_SCRIPT, 3, PROCESSING_KEY, QUEUE_KEY, DLQ_KEY, *arguments)
-
-
-# KEYS: queue, processing, DLQ. ARGV[1]: the person's id. Rewrites each entry naming them: its
-# user_id nulled (a DLQ item's inner entry too), any other occurrence of the id replaced.
-_ERASE_SCRIPT = """
-local person = ARGV[1]
-local literal = person:gsub('%p', '%%%0')
-local function without_person(raw)
-  local ok, entry = pcall(cjson.decode, raw)
-  if ok and type(entry) == 'table' and entry['user_id'] == person then
-    entry['user_id'] = cjson.null
-    raw = cjson.encode(entry)
-  end
-  return (raw:gsub(literal, '[erased]'))
-end
-local rewritten = 0
-for _, key in ipairs(KEYS) do
-  for index, raw in ipairs(redis.call('LRANGE', key, 0, -1)) do
-    if string.find(raw, person, 1, true) then
-      local replacement
-      local ok, item = pcall(cjson.decode, raw)
-      if key == KEYS[3] and ok and type(item) == 'table' and type(item['entry']) == 'string' then
-        item['entry'] = without_person(item['entry'])
-        replacement = without_person(cjson.encode(item))
-      else
-        replacement = without_person(raw)
-      end
-      redis.call('LSET', key, index - 1, replacement)
-      rewritten = rewritten + 1
-    end
-  end
-end
-return rewritten
-"""
-
-
-async def erase_person(user_id: str) -> int:
-    """Take ``user_id`` out of every entry of the three lists, in one atomic script; returns how
-    many entries named them. Nothing to do without Redis; Redis unreachable raises."""
-    client = get_redis()
-    if client is None:
-        return 0
-    return int(await execute_command(client, "EVAL", _ERASE_SCRIPT, 3, QUEUE_KEY, PROCESSING_KEY, DLQ_KEY, user_id))
+    await execute_command(
+        client, "EVAL", _ACKNOWLEDGE_SCRIPT, 4, PROCESSING_KEY, QUEUE_KEY, DLQ_KEY, ERASURES_KEY, *arguments
+    )
 
 
 # Operator actions on the DLQ (the ``ledger`` source of ``lib.platform.stuck_work``). An entry's
 # id is a digest of its DLQ item, so malformed entries have ids too; an action claims the item
-# with ``LREM``, which only one of two concurrent requests can win.
+# with ``LREM``, which only one of two concurrent requests can win. ARGV[2] is the item's retry
+# entry for a redrive, '' for a delete; -1 while an erasure runs.
 DLQ_SCAN_LIMIT = 10_000
-_REDRIVE_SCRIPT = """
+_TAKE_DEAD_LETTER_SCRIPT = (
+    _ERASING
+    + """
+if erasing(KEYS[3]) then return -1 end
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
-  redis.call('LPUSH', KEYS[2], ARGV[2])
+  if ARGV[2] ~= '' then redis.call('LPUSH', KEYS[2], ARGV[2]) end
   return 1
 end
 return 0
 """
+)
+_DLQ_KEYS = (DLQ_KEY, QUEUE_KEY, ERASURES_KEY)
+_ERASURE_RUNNING = "an erasure is taking a person out of the retry lists; try again in a moment"
 
 
 def _dead_letter_id(item: str) -> str:
@@ -234,23 +226,25 @@ class LedgerDeadLetters:
         entries = sorted((_stuck_entry(item) for item in (await self._items()).values()), key=lambda e: e.position)
         return [entry for entry in reversed(entries) if before is None or entry.position < before][:limit]
 
-    async def redrive(self, ids: list[str], actor: str) -> list[EntryOutcome]:
+    async def _take(self, ids: list[str], action: Outcome) -> list[EntryOutcome]:
         client, items, acted = _client(), await self._items(), {}
         for entry_id in ids:
             item = items.get(entry_id)
             if item is None:
                 continue
-            retry = _retry_of(item)
+            retry = _retry_of(item) if action == "redriven" else ""
             if retry is None:
                 acted[entry_id] = EntryOutcome(entry_id, "not_redrivable", "the entry has no ledger id")
-            elif await execute_command(client, "EVAL", _REDRIVE_SCRIPT, 2, DLQ_KEY, QUEUE_KEY, item, retry):
-                acted[entry_id] = EntryOutcome(entry_id, "redriven")
+                continue
+            taken = await execute_command(client, "EVAL", _TAKE_DEAD_LETTER_SCRIPT, 3, *_DLQ_KEYS, item, retry)
+            if int(taken) == 1:
+                acted[entry_id] = EntryOutcome(entry_id, action)
+            elif int(taken) == -1:
+                acted[entry_id] = EntryOutcome(entry_id, "failed", _ERASURE_RUNNING)
         return outcomes_in_order(ids, acted, {})
 
+    async def redrive(self, ids: list[str], actor: str) -> list[EntryOutcome]:
+        return await self._take(ids, "redriven")
+
     async def delete(self, ids: list[str], actor: str) -> list[EntryOutcome]:
-        client, items, acted = _client(), await self._items(), {}
-        for entry_id in ids:
-            item = items.get(entry_id)
-            if item is not None and await execute_command(client, "LREM", DLQ_KEY, 1, item):
-                acted[entry_id] = EntryOutcome(entry_id, "deleted")
-        return outcomes_in_order(ids, acted, {})
+        return await self._take(ids, "deleted")

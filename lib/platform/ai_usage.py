@@ -81,7 +81,8 @@ WITH input AS (
     INSERT INTO ai_usage_ledger (id, tenant_scope_id, user_id, model, input_tokens, output_tokens, created_at)
     SELECT DISTINCT ON (id) id, tenant_scope_id,
         CASE WHEN EXISTS (SELECT 1 FROM data_erasure_requests AS erased
-                          WHERE erased.subject_user_id = input.user_id AND erased.status = 'purged')
+                          WHERE erased.subject_user_id = input.user_id
+                            AND erased.status IN ('purged', 'failed'))
              THEN NULL ELSE user_id END,
         model, input_tokens, output_tokens, created_at
     FROM input

@@ -5,23 +5,32 @@ Lifecycle of a request (``data_erasure_requests``)::
 
     create (pending, grace_ends_at = now + grace) ──► cancel ──► cancelled
                      │
-                     └── grace elapsed (cron) or confirm now (operator) ──► purged
+                     └── grace elapsed (cron) or confirm now (operator) ──► purge ──► purged
+                                                                              │  ▲
+                                                    verification found leftovers ▼  │ tried again
+                                                                              failed
 
 ``ERASURE_REGISTRY`` is the one list of where a person's data lives in Postgres: per table, the
 column that names the subject (and the value it holds for them) and whether matching rows are
 deleted or anonymised (the column set to NULL, keeping the row: billing totals stay, the link to
 the person goes). A table that gains personal data gets an entry here, and the purge covers it.
-Outside Postgres, the person is in Redis: in the AI ledger's retry lists (their usage waiting to
-land: taken out of each entry, the usage kept — ``ai_ledger_retry.erase_person``) and in the
-keys named after them (``REDIS_KEYS_OF_PERSON``: their stream slots). Log lines and error reports
-never carry the id at all (``lib.observability.pseudonym``).
+Every match is by equality on the column's value, never a pattern. Outside Postgres, the person
+is in Redis: in the AI ledger's retry lists (their usage waiting to land: taken out of each
+entry by value, the usage kept — ``lib.platform.ai_ledger_erasure``) and in the keys named
+after them (``REDIS_KEYS_OF_PERSON``: their stream slots). Log lines and error reports never
+carry the id at all (``lib.observability.pseudonym``).
 
-``confirm_data_erasure_request`` takes the person out of Redis first — Redis configured but
-unreachable fails the purge, which stays pending and is retried — then runs one transaction:
-lock the request, re-check it is still pending (if not — confirmed or cancelled concurrently —
-return ``None``), take the person's erasure lock, apply every registry entry, mark it ``purged``
-with ``purged_at`` and the counts. Any error rolls all of it back: the request stays pending and
-no table is touched. The lock is what the ledger's writers take shared (``ai_usage``): a usage of
+``confirm_data_erasure_request`` pauses the ledger redrive (so nothing moves in the lists it
+walks), takes the person out of Redis — Redis configured but unreachable fails the purge, and
+the request stays as it was — then runs one transaction: lock the request, re-check it is still
+pending or failed (if not — confirmed or cancelled concurrently — return ``None``), take the
+person's erasure lock, apply every registry entry, then **verify**: read every registry table
+and the Redis lists and keys again, by value. Nothing left: ``purged`` with ``purged_at`` and
+the counts. Something left (a writer racing the purge, a list entry pushed after the walk):
+``failed``, with ``leftovers`` (place → count) beside the counts; the deletions stay (they
+were right), and the purge cron tries the request again on its next run. Any error rolls the
+transaction back: the request keeps its status and no table is touched. Lock waits are bounded
+(``LOCK_TIMEOUT``). The lock is what the ledger's writers take shared (``ai_usage``): a usage of
 the person landing meanwhile either commits before the purge reads (and is anonymised by it) or
 sees the request purged (and lands without the person); with the retry lists rewritten first, a
 redrive in flight cannot bring the person back either (``ai_ledger_retry``).
@@ -40,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lib.db.pool import connection
 from lib.lazy_imports import lazy_import
-from lib.platform import ai_ledger_retry
+from lib.platform import ai_ledger_erasure
 from lib.redis.client import get_redis
 from lib.redis.commands import execute_command
 
@@ -51,6 +60,8 @@ psycopg_sql = lazy_import("psycopg.sql")
 psycopg_json = lazy_import("psycopg.types.json")
 
 DEFAULT_GRACE = timedelta(days=30)
+PURGEABLE = ("pending", "failed")  # a failed purge is tried again, by the cron or an operator
+LOCK_TIMEOUT = "10s"  # the purge waits this long for a lock (a writer of the person's rows), then fails
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,8 @@ class ErasureRequest:
     grace_ends_at: datetime
     purged_at: datetime | None = None
     purge_counts: dict[str, int] | None = None
+    leftovers: dict[str, int] | None = None
+    verified_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ErasureRequest:
@@ -91,14 +104,16 @@ class ErasureRequest:
             grace_ends_at=row["grace_ends_at"],
             purged_at=row["purged_at"],
             purge_counts=row["purge_counts"],
+            leftovers=row["leftovers"],
+            verified_at=row["verified_at"],
         )
 
 
-_COLUMNS = "id, subject_user_id, status, requested_at, grace_ends_at, purged_at, purge_counts"
+_COLUMNS = "id, subject_user_id, status, requested_at, grace_ends_at, purged_at, purge_counts, leftovers, verified_at"
 
 
 async def create_data_erasure_request(subject_user_id: str, grace: timedelta = DEFAULT_GRACE) -> ErasureRequest:
-    if not subject_user_id.strip():
+    if not subject_user_id.strip():  # kept exactly as given: " u1" is not "u1"
         raise ValueError("subject_user_id is required")
     if grace < timedelta(0):
         raise ValueError("grace cannot be negative")
@@ -106,7 +121,7 @@ async def create_data_erasure_request(subject_user_id: str, grace: timedelta = D
         cursor = await conn.execute(
             "INSERT INTO data_erasure_requests (id, subject_user_id, status, requested_at, grace_ends_at)"
             f" VALUES (%s, %s, 'pending', now(), now() + %s::interval) RETURNING {_COLUMNS}",
-            (uuid.uuid4(), subject_user_id.strip(), grace),
+            (uuid.uuid4(), subject_user_id, grace),
         )
         return ErasureRequest.from_row(await cursor.fetchone())
 
@@ -136,7 +151,7 @@ async def list_due_data_erasure_requests() -> list[ErasureRequest]:
     async with connection() as conn:
         cursor = await conn.execute(
             f"SELECT {_COLUMNS} FROM data_erasure_requests"
-            " WHERE status = 'pending' AND grace_ends_at <= now() ORDER BY grace_ends_at, id"
+            " WHERE status IN ('pending', 'failed') AND grace_ends_at <= now() ORDER BY grace_ends_at, id"
         )
         return [ErasureRequest.from_row(row) for row in await cursor.fetchall()]
 
@@ -151,29 +166,54 @@ async def _apply(conn: AsyncConnection, target: ErasureTarget, subject_user_id: 
     return cursor.rowcount
 
 
-async def erase_from_redis(subject_user_id: str) -> dict[str, int]:
+async def erase_from_redis(subject_user_id: str, pause: ai_ledger_erasure.RedrivePause | None = None) -> dict[str, int]:
     """The person out of the retry lists and their keys gone; raises when Redis is configured
     but cannot be reached."""
-    rewritten = await ai_ledger_retry.erase_person(subject_user_id)
+    rewritten = await ai_ledger_erasure.erase_person(subject_user_id, pause)
     client = get_redis()
     keys = [pattern.format(subject_user_id) for pattern in REDIS_KEYS_OF_PERSON]
     deleted = 0 if client is None else int(await execute_command(client, "DEL", *keys))
     return {"redis:ai-ledger-retry-entries": rewritten, "redis:keys": deleted}
 
 
+async def leftovers_of(conn: AsyncConnection, subject_user_id: str) -> dict[str, int]:
+    """Every place the registry and Redis name the person, read again by value: place → how
+    many (only the places where something is left)."""
+    found = {}
+    for target in ERASURE_REGISTRY:
+        statement = psycopg_sql.SQL("SELECT count(*) AS n FROM {} WHERE {} = %s").format(
+            psycopg_sql.Identifier(target.table), psycopg_sql.Identifier(target.subject_column)
+        )
+        row = await (await conn.execute(statement, (target.value.format(subject_user_id),))).fetchone()
+        found[target.table] = row["n"]
+    found["redis:ai-ledger-retry-entries"] = await ai_ledger_erasure.entries_naming(subject_user_id)
+    client = get_redis()
+    if client is not None:
+        keys = [pattern.format(subject_user_id) for pattern in REDIS_KEYS_OF_PERSON]
+        found["redis:keys"] = int(await execute_command(client, "EXISTS", *keys))
+    return {place: count for place, count in found.items() if count}
+
+
 async def confirm_data_erasure_request(request_id: str) -> ErasureRequest | None:
-    """Purge now, whatever the grace window; ``None`` when the request is no longer pending."""
+    """Purge now, whatever the grace window; ``None`` when the request is neither pending nor
+    failed. The request ends ``purged``, or ``failed`` with its leftovers."""
     pending = await get_data_erasure_request(request_id)
-    if pending is None or pending.status != "pending":
+    if pending is None or pending.status not in PURGEABLE:
         return None
-    return await purge_postgres(request_id, await erase_from_redis(pending.subject_user_id))
+    async with ai_ledger_erasure.redrive_paused() as pause:
+        outside = await erase_from_redis(pending.subject_user_id, pause)
+        if pause is not None:
+            await pause.renew()  # the transaction below has its whole pause to verify in
+        return await purge_postgres(request_id, outside)
 
 
 async def purge_postgres(request_id: str, outside: dict[str, int]) -> ErasureRequest | None:
     """The transaction of the purge (the module's docstring), its counts joined to ``outside``'s."""
     async with connection() as conn, conn.transaction():
+        await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
         cursor = await conn.execute(
-            "SELECT subject_user_id FROM data_erasure_requests WHERE id = %s AND status = 'pending' FOR UPDATE",
+            "SELECT subject_user_id FROM data_erasure_requests"
+            " WHERE id = %s AND status IN ('pending', 'failed') FOR UPDATE",
             (uuid.UUID(request_id),),
         )
         row = await cursor.fetchone()
@@ -182,9 +222,17 @@ async def purge_postgres(request_id: str, outside: dict[str, int]) -> ErasureReq
         subject = row["subject_user_id"]
         await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (ERASURE_LOCK_CLASS, subject))
         counts = {target.table: await _apply(conn, target, subject) for target in ERASURE_REGISTRY} | outside
+        leftovers = await leftovers_of(conn, subject)
         cursor = await conn.execute(
-            "UPDATE data_erasure_requests SET status = 'purged', purged_at = now(), purge_counts = %s"
+            "UPDATE data_erasure_requests SET status = %s, purge_counts = %s, leftovers = %s, verified_at = now(),"
+            " purged_at = CASE WHEN %s THEN now() END"
             f" WHERE id = %s RETURNING {_COLUMNS}",
-            (psycopg_json.Jsonb(counts), uuid.UUID(request_id)),
+            (
+                "failed" if leftovers else "purged",
+                psycopg_json.Jsonb(counts),
+                psycopg_json.Jsonb(leftovers) if leftovers else None,
+                not leftovers,
+                uuid.UUID(request_id),
+            ),
         )
         return ErasureRequest.from_row(await cursor.fetchone())

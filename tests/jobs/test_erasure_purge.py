@@ -14,10 +14,11 @@ import psycopg
 import pytest
 
 from lib.jobs.erasure_purge import purge_due_data_erasure_requests
+from lib.jobs.schedule import cron_name
 from lib.local.paths import PROJECT_ROOT
 from lib.platform.erasure import create_data_erasure_request, get_data_erasure_request
 from tests.support.auth import cron_headers, session_headers
-from tests.support.db import table_refusing
+from tests.support.db import notification_written_back, table_refusing
 from tests.support.functions import client_for, load_api_app
 from tests.support.reliability import record
 
@@ -163,3 +164,27 @@ async def test_a_purge_killed_mid_transaction_changes_nothing_and_the_next_run_p
     lost = int(purged.status != "purged")
     record("kills", "erasure purge, mid-transaction", entries=1, lost=lost, doubled=again["purged"])
     assert again["due"] == 0  # never purged twice
+
+
+async def test_a_purge_whose_verification_finds_the_person_left_is_a_failed_run_on_the_console(db, redis) -> None:
+    """The run answers 200 with the request ``failed`` and its leftovers; the cron history — the
+    console's cron card — records the run failed, saying how many."""
+    await db.execute("INSERT INTO notifications (id, user_id, type) VALUES ('n1', 'u_left', 'system')")
+    request = await create_data_erasure_request("u_left", timedelta(0))
+    app = load_api_app("api/admin/erasure/purge.py")
+    async with client_for(app) as client, notification_written_back(db, "u_left"):
+        body = (await client.get(PATH, headers=cron_headers())).json()
+    assert (body["due"], body["purged"], body["failed"]) == (1, 0, 1)
+    assert body["results"] == [
+        {
+            "id": request.id,
+            "status": "failed",
+            "counts": body["results"][0]["counts"],
+            "leftovers": {"notifications": 1},
+        }
+    ]
+    run = await (
+        await db.execute("SELECT status, http_status, error FROM cron_runs WHERE job = %s", (cron_name(PATH),))
+    ).fetchone()
+    assert run[:2] == ("failed", 200) and run[2].startswith("1 failed")
+    assert (await get_data_erasure_request(request.id)).status == "failed"

@@ -130,7 +130,7 @@ def retry_usage(n: int, person: str) -> dict:
 
 async def seed_retry_lists(count: int = 40) -> set[str]:
     """The person's and another's usage on all three lists (and a malformed entry naming the
-    person on the DLQ, and their stream slots); returns the ids of the usage a redrive lands
+    person on the DLQ — a write cut short — and their stream slots); returns the ids of the usage a redrive lands
     (the queued and the stranded: the DLQ waits for an operator)."""
     client = get_redis()
     queued = [retry_entry(retry_usage(n, PERSON if n % 2 else OTHER)) for n in range(count)]
@@ -138,7 +138,7 @@ async def seed_retry_lists(count: int = 40) -> set[str]:
     stranded = [retry_entry(retry_usage(n, PERSON)) for n in range(count, count + 3)]
     await execute_command(client, "LPUSH", PROCESSING_KEY, *stranded)
     dead = [dead_letter(retry_entry(retry_usage(count + 3, PERSON), 9), "10 attempts failed"),
-            dead_letter(f"not json, from {PERSON}", "malformed: not JSON")]  # fmt: skip
+            dead_letter(f'{{"id": "u-99", "user_id": "{PERSON}", "mod', "malformed: not JSON")]  # fmt: skip
     await execute_command(client, "LPUSH", DLQ_KEY, *dead)
     await execute_command(client, "ZADD", f"stream-slots:user:{PERSON}", 1, "lease")
     return {f"u-{n}" for n in range(count + 3)}
