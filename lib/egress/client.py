@@ -33,6 +33,8 @@ import httpx
 
 from lib.egress.destinations import (
     MAX_URL_CHARS,
+    DestinationRefused,
+    InvalidDestination,
     OutboundFailure,
     Resolver,
     check_url,
@@ -162,6 +164,12 @@ class GuardedSession:
 
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+def is_final(error: BaseException) -> bool:
+    """Whether asking again cannot change how a request failed, decided by the error's type: the
+    guard refused the destination, or the URL is not one a request can be made to."""
+    return isinstance(error, DestinationRefused | InvalidDestination | httpx.InvalidURL | httpx.UnsupportedProtocol)
 
 
 def failure_detail(error: BaseException, timeout_s: float) -> str:

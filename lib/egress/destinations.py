@@ -35,9 +35,12 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
+from lib.lazy_imports import lazy_import
 from lib.settings import SettingsError, get_settings
+
+idna = lazy_import("idna")
 
 MAX_URL_CHARS = 2048
 ALLOWED_SCHEMES = frozenset({"http", "https"})
@@ -62,6 +65,11 @@ class DestinationRefused(OutboundFailure):
 class InvalidDestination(OutboundFailure):
     def __init__(self, reason: str) -> None:
         super().__init__(f"invalid URL: {reason}")
+
+
+# Every refusal of a host *name* reads the same, whether the name resolves to nothing or to an
+# address we refuse: a tenant aiming webhooks at names cannot tell which internal names exist.
+NAME_REFUSED = "the host name does not resolve to a public address"
 
 
 _V4_REFUSED = [
@@ -241,7 +249,29 @@ def check_url(url: object) -> str:
         # An address spelled in a form the URL parser would refuse (``0177.0.0.1``) is still
         # refused as the address it is, not as a parse error.
         _refuse_unless_allowed(literal, port or (443 if scheme == "https" else 80), "is")
+    else:
+        _check_host_name(parts.hostname)
     return url
+
+
+def _check_host_name(host: str) -> None:
+    """A DNS name, or ``InvalidDestination``: no empty label (``a..b``), labels of letters,
+    digits, ``-`` and ``_`` within DNS's lengths, and every international label (non-ASCII, or
+    an ``xn--`` A-label) valid IDNA 2008 — checked here, so that no malformed name reaches the
+    HTTP client (which would raise while building the request)."""
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    if len(host) > 253 or any(not label for label in labels):
+        raise InvalidDestination("the host name has an empty or overlong label")
+    for label in labels:
+        international = not label.isascii() or label.startswith("xn--")
+        try:
+            ascii_label = idna.encode(label).decode("ascii") if international else label
+            if international:
+                idna.decode(ascii_label)
+        except (idna.IDNAError, UnicodeError):
+            raise InvalidDestination("the host name is not a valid international (IDNA) name") from None
+        if not re.fullmatch(r"[a-z0-9_-]{1,63}", ascii_label.lower()):
+            raise InvalidDestination("the host name has a character or label length DNS does not allow")
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -262,27 +292,40 @@ async def checked_addresses(host: str, port: int, resolver: Resolver) -> list[st
         try:
             answers = await resolver(host, port)
         except (OSError, UnicodeError):
-            raise OutboundFailure("the host name does not resolve") from None
+            raise DestinationRefused(NAME_REFUSED) from None
         addresses = [ipaddress.ip_address(answer.split("%", 1)[0]) for answer in answers]
         if not addresses:
-            raise OutboundFailure("the host name does not resolve")
+            raise DestinationRefused(NAME_REFUSED)
         if allowed.allows_name(host, port):
             return [str(address) for address in addresses]
     for address in addresses:
-        _refuse_unless_allowed(address, port, "is" if literal is not None else "resolves to")
+        _refuse_unless_allowed(address, port, "is" if literal is not None else None)
     return [str(address) for address in addresses]
 
 
-def _refuse_unless_allowed(address: IPAddress, port: int, spelled: str) -> None:
+def _refuse_unless_allowed(address: IPAddress, port: int, spelled: str | None) -> None:
+    """``spelled`` is ``"is"`` for an address the URL wrote (its reason is said: the tenant
+    knows the address), ``None`` for one a name resolved to (``NAME_REFUSED``)."""
     reason = refusal_reason(address)
     if reason is not None and not allow_list().allows_address(address, port):
-        raise DestinationRefused(f"the host {spelled} {reason}")
+        raise DestinationRefused(f"the host {spelled} {reason}" if spelled else NAME_REFUSED)
 
 
 def redact_url(url: str | None) -> str:
     """A stored URL as it may be shown to members and written to logs: ``scheme://host/…``
     (port kept when given; credentials, path and query dropped — a Slack or Discord webhook's
     path is its credential)."""
+    return _shown_url(url, with_path=False)
+
+
+def display_url(url: str | None) -> str:
+    """A feed's URL as members may read it, where the feed has no name: ``scheme://host/path``
+    (port kept; credentials, query and fragment dropped — a catalog URL's token rides in its
+    query). Characters outside a URL's own are percent-encoded, so the form is plain text."""
+    return _shown_url(url, with_path=True)
+
+
+def _shown_url(url: str | None, with_path: bool) -> str:
     if not url:
         return ""
     try:
@@ -297,4 +340,5 @@ def redact_url(url: str | None) -> str:
     if not re.fullmatch(r"[A-Za-z0-9._:-]{1,253}", host) or not re.fullmatch(r"[a-z][a-z0-9+.-]{0,15}", parts.scheme):
         return "(invalid URL)"
     shown_host = f"[{host}]" if ":" in host else host
-    return f"{parts.scheme}://{shown_host}{f':{port}' if port is not None else ''}/…"
+    path = (quote(parts.path, safe="/%-._~!$&'()*+,;=:@") or "/") if with_path else "/…"
+    return f"{parts.scheme}://{shown_host}{f':{port}' if port is not None else ''}{path}"

@@ -17,6 +17,7 @@ from lib.egress.destinations import (
     allow_list,
     check_url,
     checked_addresses,
+    display_url,
     numeric_host,
     redact_url,
     refusal_reason,
@@ -125,7 +126,7 @@ async def test_an_allowed_name_is_pinned_but_not_checked_and_others_are(set_env)
         return ["169.254.169.254"]
 
     assert await checked_addresses("metadata.internal", 80, resolver) == ["169.254.169.254"]
-    with pytest.raises(DestinationRefused, match="resolves to a link-local"):
+    with pytest.raises(DestinationRefused, match="does not resolve to a public address"):
         await checked_addresses("metadata.test", 80, resolver)
 
 
@@ -164,6 +165,29 @@ def test_a_shown_url_is_scheme_host_and_port_only(
     netloc = f"{userinfo + '@' if userinfo else ''}{host}{f':{port}' if port else ''}"
     url = f"{scheme}://{netloc}/{path}{'?' + query if query else ''}"
     assert redact_url(url) == f"{scheme}://{host}{f':{port}' if port else ''}/…"
+
+
+@given(
+    host=st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z]{2,6}){1,2}", fullmatch=True),
+    port=st.one_of(st.none(), st.integers(1, 65535)),
+    secret=st.from_regex(r"SECRET[a-z0-9]{4,12}", fullmatch=True),
+    where=st.sampled_from(["userinfo", "password", "query", "fragment"]),
+    path=st.text(alphabet="abcdefXYZ0123456789/-_.~", max_size=40),
+)
+def test_a_feed_s_display_url_keeps_its_path_and_drops_credentials_query_and_fragment(
+    host: str, port: int | None, secret: str, where: str, path: str
+) -> None:
+    userinfo = {"userinfo": f"{secret}@", "password": f"reader:{secret}@"}.get(where, "")
+    tail = {"query": f"?token={secret}", "fragment": f"#{secret}"}.get(where, "")
+    authority = f"{host}{f':{port}' if port else ''}"
+    shown = display_url(f"https://{userinfo}{authority}/{path}{tail}")
+    assert shown == f"https://{authority}/{path}" and secret not in shown
+
+
+def test_a_display_url_is_plain_text() -> None:
+    assert display_url("https://h.example/a b/\u00e9<i>?x") == "https://h.example/a%20b/%C3%A9%3Ci%3E"
+    assert display_url("https://h.example") == "https://h.example/"
+    assert display_url("http://a\u0001b/") == "(invalid URL)"
 
 
 def test_a_url_that_does_not_parse_is_shown_as_such() -> None:

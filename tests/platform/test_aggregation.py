@@ -3,17 +3,28 @@ against feeds served on loopback — conditional GETs, failing sources, shared b
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+
 import pytest
 
+from lib.db.state_store import set_state
 from lib.platform.aggregation.cluster import cluster_items
 from lib.platform.aggregation.parse import InvalidFeed, parse_feed
 from lib.platform.aggregation.sources import GLOBAL_SCOPE
 from lib.platform.aggregation.stories import list_aggregated_stories, peek_tenant_scoped_aggregated_stories
+from lib.platform.alerts.rules import rules_key
 from lib.runtime.after_response import wait_for_detached_work
+from tests.support.auth import session_headers
 from tests.support.catalogs import add_tenant, set_catalog
+from tests.support.env import allow_egress
 from tests.support.feeds import FeedServer, rss
-from tests.support.outbound import MALFORMED_URLS
+from tests.support.functions import client_for, load_api_app
+from tests.support.outbound import MALFORMED_URLS, Receiver
+from tests.support.security import record
+from tests.support.servers import serve_in_thread
 
+TOKEN = "tok_9f8e7d6c5b4a"  # what a catalog's feed URL may carry
 QUAKE = [
     ("Earthquake strikes off the coast of Chile", "https://a.example/quake", "A 7.1 quake hit at dawn."),
     ("Markets rally as inflation cools", "https://a.example/markets", "Stocks rose."),
@@ -155,3 +166,50 @@ async def test_redirects_are_followed_up_to_five_hops(db, redis, feed_server: Fe
         "more than 5 redirects",
     )
     assert feed_server.fetches["a"] == 1
+
+
+@pytest.mark.security
+async def test_an_unnamed_feed_s_url_secrets_reach_no_member_and_no_webhook_receiver(
+    db, redis, set_env, feed_server: FeedServer, mint_token: Callable[..., str]
+) -> None:
+    """Two unnamed feeds whose URLs carry a token (query) and a fragment report one story: the
+    synthesis names both sources, and nothing members read — drafts, the REST snapshots, in-app
+    alerts, delivery logs — nor the webhook receiver's payload holds either; the sources are
+    shown as scheme://host/path (credentials in a URL: ``test_display_url_…``)."""
+    feed_server.feeds["a"], feed_server.feeds["b"] = rss("A", QUAKE), rss("B", QUAKE_TOO)
+    host = feed_server.base_url.removeprefix("http://")
+    urls = [f"{feed_server.url('a')}?token={TOKEN}", f"{feed_server.url('b')}?key={TOKEN}x&v=2#{TOKEN}y"]
+    await db.execute(
+        "UPDATE source_sets SET feeds = %s::jsonb WHERE key = 'default'", (json.dumps([{"url": u} for u in urls]),)
+    )
+    await add_tenant(db, "org_a", "default")
+    receiver = Receiver(200)
+    with serve_in_thread(receiver.app) as hook_url:
+        allow_egress(set_env, hook_url, feed_server.base_url)
+        rules = [
+            {"id": "app", "keywords": ["earthquake"], "channel": "in-app"},
+            {"id": "hook", "keywords": ["earthquake"], "channel": "webhook", "endpoint": f"{hook_url}/hook"},
+        ]
+        await set_state(rules_key("org_a"), rules)
+        stories = await list_aggregated_stories("org_a", force_refresh=True)
+        await wait_for_detached_work()
+    quake = next(story for story in stories if len(story["sources"]) == 2)
+    shown = {source["source"] for source in quake["sources"]}
+    assert shown == {f"http://{host}/feeds/a.xml", f"http://{host}/feeds/b.xml"}
+    assert "Reported by 2 sources" in quake["summary"]
+
+    readable = [json.dumps(stories)] + [body.decode() for _, body in receiver.received]
+    for table in ("editorial_story_drafts", "alert_history", "notifications", "delivery_logs", "webhook_deliveries"):
+        rows = await (await db.execute(f"SELECT row_to_json(t)::text FROM {table} AS t")).fetchall()
+        readable += [row[0] for row in rows]
+    member = session_headers(mint_token(org_id="org_a", org_role="org:member"))
+    async with client_for(load_api_app("api/feed/index.py")) as client:
+        readable.append((await client.get("/api/feed", headers=member)).text)
+    async with client_for(load_api_app("api/stories/[storyId]/index.py")) as client:
+        readable.append((await client.get(f"/api/stories/{quake['id']}", headers=member)).text)
+    assert len(receiver.received) == 1 and any("Reported by 2 sources" in text for text in readable[1:])
+    leaks = [text for text in readable if TOKEN in text]
+    case = "an unnamed feed's URL token and fragment, in what members read"
+    record("outbound", case, tried=len(readable),
+           bad=len(leaks))  # fmt: skip
+    assert leaks == []

@@ -4,17 +4,11 @@ and the sweep peeks without building."""
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
-import threading
 import time
 
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from lib.db.state_store import set_state
 from lib.platform.aggregation.sources import GLOBAL_SCOPE
@@ -26,7 +20,7 @@ from lib.platform.alerts.webhooks import sign_webhook, webhook_signing_key
 from tests.support.catalogs import add_tenant, set_catalog
 from tests.support.env import allow_egress
 from tests.support.feeds import FeedServer, rss
-from tests.support.outbound import MALFORMED_URLS, Counting, Trickler
+from tests.support.outbound import MALFORMED_URLS, Counting, Receiver, Trickler
 from tests.support.servers import serve_in_thread
 
 STORIES = [
@@ -34,27 +28,6 @@ STORIES = [
     {"id": "s2", "headline": "Markets rally", "summary": "Stocks rose after the EARTHQUAKE fears eased."},
     {"id": "s3", "headline": "Frog discovered", "summary": ""},
 ]
-
-
-class Receiver:
-    """A webhook receiver on loopback that answers with a chosen status (or never)."""
-
-    def __init__(self, status: int = 200, hang: bool = False) -> None:
-        self.status, self.hang = status, hang
-        self.received: list[tuple[dict[str, str], bytes]] = []
-        self.lock = threading.Lock()
-
-    async def hook(self, request: Request) -> JSONResponse:
-        body = await request.body()
-        with self.lock:
-            self.received.append((dict(request.headers), body))
-        if self.hang:
-            await asyncio.sleep(30)
-        return JSONResponse({}, self.status)
-
-    @property
-    def app(self) -> Starlette:
-        return Starlette(routes=[Route("/hook", self.hook, methods=["POST"])])
 
 
 async def delivery_logs(db) -> list[tuple]:

@@ -9,6 +9,7 @@ with every such URL stored."""
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -22,6 +23,7 @@ from starlette.routing import Route
 
 from lib.db.state_store import set_state
 from lib.egress.client import resolving_with
+from lib.egress.destinations import NAME_REFUSED
 from lib.platform.aggregation.build import build_catalog
 from lib.platform.aggregation.sources import Catalog, CatalogKey, Feed
 from lib.platform.alerts.evaluation import evaluate_alert_rules
@@ -265,3 +267,89 @@ def _static(feed: str) -> Starlette:
         return Response(feed, media_type="application/rss+xml")
 
     return Starlette(routes=[Route("/frogs.xml", serve)])
+
+
+async def nxdomain_or(host: str, port: int) -> list[str]:
+    """The test's DNS, where ``missing.test`` does not exist and ``empty.test`` has no address."""
+    if host == "missing.test":
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    return [] if host == "empty.test" else await RESOLVER(host, port)
+
+
+async def webhook_outcomes(db) -> dict[str, tuple]:
+    """Per rule: every delivery-log row (code, status, detail) and the delivery's end."""
+    rows = await (
+        await db.execute(
+            "SELECT a.rule_id, d.response_code, d.status, d.detail FROM delivery_logs d"
+            " JOIN alert_history a ON a.id = d.delivery_id ORDER BY d.created_at"
+        )
+    ).fetchall()
+    ends = await (await db.execute("SELECT rule_id, status, attempts, last_detail FROM webhook_deliveries")).fetchall()
+    outcomes: dict[str, tuple] = {}
+    for rule_id, *logged in rows:
+        outcomes[rule_id] = (*outcomes.get(rule_id, ()), tuple(logged))
+    return {rule_id: (outcomes.get(rule_id, ()), tuple(end)) for rule_id, *end in ends}
+
+
+async def test_a_name_that_does_not_exist_reads_exactly_like_a_name_that_is_refused(db, set_env) -> None:
+    """An internal name that exists (resolving to a private address) and names that do not
+    (NXDOMAIN, no address): each delivery ends at once, dead after one attempt, with one log
+    row whose words are the same — a tenant cannot tell which internal names exist."""
+    names = {"exists": "http://internal.test:95/", "missing": "http://missing.test:95/", "empty": "http://empty.test/"}
+    rules = [AlertRule(id=rule, keywords=["frog"], channel="webhook", endpoint=url) for rule, url in names.items()]
+    with resolving_with(nxdomain_or):
+        assert await evaluate_alert_rules("org_probe", [FROG], rules) == len(rules)
+    outcomes = await webhook_outcomes(db)
+    expected = (
+        ((0, "failed", f"destination refused: {NAME_REFUSED}"),),
+        ("dead", 1, f"destination refused: {NAME_REFUSED}"),
+    )
+    bad = sum(outcomes[rule] != expected for rule in names)
+    record(
+        "outbound", "a name that does not exist against one that is refused: the same rows", tried=len(names), bad=bad
+    )
+    assert outcomes == dict.fromkeys(names, expected)
+
+
+MALFORMED_HOSTS = [
+    "http://xn--localhost-/",
+    "http://xn--/x",
+    "http://xn--a/",
+    "http://xn--zz-0000/",
+    "http://a.xn--ls8h.xn--/",
+    "http://éé--.example/",
+    "http://a..b/",
+    "http://.leading.example/",
+    "http://a.example../",
+    "http://" + "l" * 64 + ".example/",
+    "http://under%20score.example/",
+    "http://\u200b.example/",
+    "http://ex\u00adample.com/",
+]
+
+
+async def test_a_malformed_host_is_one_final_invalid_row_and_no_error_report(
+    db, set_env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rules = [
+        AlertRule(id=f"m{index}", keywords=["frog"], channel="webhook", endpoint=url)
+        for index, url in enumerate(MALFORMED_HOSTS)
+    ]
+    with resolving_with(nxdomain_or), recorded_connects() as connects:
+        assert await evaluate_alert_rules("org_idna", [FROG], rules) == len(rules)
+        built = await build_catalog(
+            Catalog(CatalogKey("idna", "en"), tuple(Feed(url) for url in MALFORMED_HOSTS)), None
+        )
+    outcomes, reports = await webhook_outcomes(db), capsys.readouterr().err
+    bad_cases = []
+    for index, url in enumerate(MALFORMED_HOSTS):
+        [(code, status, detail)], (end, attempts, _) = outcomes[f"m{index}"]
+        feed = built["feeds"][url]
+        bad = (code, status, end, attempts) != (0, "failed", "dead", 1) or not detail.startswith("invalid URL: ")
+        bad = bad or feed["status"] != "failed" or not feed["error"].startswith("invalid URL: ")
+        if bad:
+            bad_cases.append((url, code, status, detail, end, attempts, feed["error"]))
+    bad_cases += [("error report", line) for line in reports.splitlines() if '"level": "error"' in line]
+    record("outbound", f"malformed host names ({len(MALFORMED_HOSTS)}: bad IDNA, empty labels), webhook and feed",
+           tried=2 * len(MALFORMED_HOSTS), bad=len(bad_cases) + len(connects))  # fmt: skip
+    assert (bad_cases, connects) == ([], [])

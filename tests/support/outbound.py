@@ -24,7 +24,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from lib.egress.destinations import system_resolver
@@ -192,3 +192,24 @@ async def _cancel_all_then_stop(loop: asyncio.AbstractEventLoop) -> None:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     loop.stop()
+
+
+class Receiver:
+    """A webhook receiver on loopback that answers with a chosen status (or never)."""
+
+    def __init__(self, status: int = 200, hang: bool = False) -> None:
+        self.status, self.hang = status, hang
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        self.lock = threading.Lock()
+
+    async def hook(self, request: Request) -> JSONResponse:
+        body = await request.body()
+        with self.lock:
+            self.received.append((dict(request.headers), body))
+        if self.hang:
+            await asyncio.sleep(30)
+        return JSONResponse({}, self.status)
+
+    @property
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/hook", self.hook, methods=["POST"])])

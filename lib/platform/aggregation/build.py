@@ -56,7 +56,7 @@ async def _collect_items(catalog: Catalog, previous: dict[str, Any]) -> tuple[di
         for url, state in old_feeds.items()
         if state.get("status") != "failed"
     }
-    names = {feed.url: feed.name or feed.url for feed in feeds}
+    names = {feed.url: feed.shown_name for feed in feeds}
     results = await fetch_feeds([feed.url for feed in feeds], validators)
     states: dict[str, Any] = {}
     items: list[FeedItem] = []

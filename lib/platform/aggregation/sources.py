@@ -12,11 +12,14 @@ import hashlib
 from dataclasses import dataclass
 
 from lib.db.pool import connection
+from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
 
 GLOBAL_SCOPE = "global"
 DEFAULT_SOURCE_SET = "default"
 DEFAULT_LOCALE = "en"
+
+destinations = lazy_import("lib.egress.destinations")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,12 @@ class Feed:
         if name is not None and not isinstance(name, str):
             raise ValueError("a feed's name must be text")
         return cls(raw["url"], name)
+
+    @property
+    def shown_name(self) -> str:
+        """How members read the feed: its name, or its URL's display form (never the URL's
+        credentials, query or fragment: a catalog URL's token rides there)."""
+        return self.name if self.name and self.name.strip() else destinations.display_url(self.url)
 
 
 @dataclass(frozen=True)

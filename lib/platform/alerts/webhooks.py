@@ -47,7 +47,7 @@ from typing import Any
 from lib.clock import iso_timestamp
 from lib.db.pool import connection
 from lib.db.state_store import get_state, set_state
-from lib.egress.destinations import OutboundFailure, redact_url
+from lib.egress.destinations import redact_url
 from lib.lazy_imports import lazy_import
 from lib.observability import log_server_error
 from lib.platform.alerts import circuits
@@ -142,8 +142,7 @@ async def post_webhook(endpoint: str, key: str, alert: dict[str, Any]) -> Answer
                 code, retry_after = response.status_code, response.headers.get("retry-after")
     except Exception as error:  # noqa: BLE001 - every failure of the attempt is recorded, none raised
         # A destination the guard refuses stays refused; anything else may answer next time.
-        retry = not (isinstance(error, OutboundFailure) and error.detail.startswith(("destination", "invalid")))
-        return Answer(0, egress_client.failure_detail(error, timeout_s), retry)
+        return Answer(0, egress_client.failure_detail(error, timeout_s), not egress_client.is_final(error))
     detail = "webhooks follow no redirect" if 300 <= code < 400 else None
     honoured = _retry_after_seconds(retry_after) if code in (429, 503) else None
     return Answer(code, detail, code in RETRIED_CODES, honoured)
