@@ -2,8 +2,9 @@
 
 A session is a Clerk session JWT signed RS256. It is verified with the PEM public key in
 ``CLERK_JWT_KEY`` (Clerk's "networkless" mode: no call to Clerk's key server), ``exp`` and
-``nbf`` checked with 5 s leeway, and ``azp`` checked against ``CLERK_AUTHORIZED_PARTIES`` when
-that list is set. The token comes from ``Authorization: Bearer`` or, for browsers and
+``nbf`` checked with 5 s leeway (they, and ``iat``, must be JSON numbers: RFC 7519's
+NumericDate; PyJWT alone would take the string ``"1765000000"``), and ``azp`` checked against
+``CLERK_AUTHORIZED_PARTIES`` when that list is set. The token comes from ``Authorization: Bearer`` or, for browsers and
 ``EventSource`` (which cannot set headers), the ``__session`` cookie. No key configured: no
 session verifies (fail closed). The claims are checked here, once: ``sub`` and the roles must be
 plain text, and ``org_id`` must be a tenant id, made canonical (``lib.auth.tenants``); a claim
@@ -16,6 +17,7 @@ import time
 import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
+from math import isfinite
 from typing import Any
 
 from starlette.requests import Request
@@ -28,6 +30,7 @@ jwt = lazy_import("jwt")
 crypto_serialization = lazy_import("cryptography.hazmat.primitives.serialization")
 
 LEEWAY_SECONDS = 5
+TIME_CLAIMS = ("exp", "nbf", "iat")  # RFC 7519 NumericDates: JSON numbers, nothing else
 MAX_CLAIM_LENGTH = 200
 SESSION_COOKIE = "__session"
 
@@ -50,7 +53,7 @@ class Session:
         (``lib.streams.limits``)."""
         expires = self.claims.get("exp")
         if not isinstance(expires, int | float) or isinstance(expires, bool):
-            return None
+            return None  # a verified session's exp is a number (verify_session_token)
         return expires + LEEWAY_SECONDS - time.time()
 
 
@@ -107,6 +110,12 @@ def verify_session_token(token: str) -> Session:
     except jwt.PyJWTError as error:
         raise SessionError("The session token is invalid.") from error
 
+    for name in TIME_CLAIMS:
+        value = claims.get(name)
+        if name in claims and (isinstance(value, bool) or not isinstance(value, int | float) or not isfinite(value)):
+            # PyJWT converts a string ("1765000000") where RFC 7519 wants a NumericDate; a
+            # stream's deadline reads the claim as a number, so anything else is no session.
+            raise SessionError(f"The session's {name} claim is not a number.")
     parties = settings.authorized_parties
     if parties and claims.get("azp") not in parties:
         raise SessionError("The session was issued for another origin.")

@@ -113,3 +113,26 @@ def test_token_without_subject_is_rejected(session_keys: tuple[str, str]) -> Non
     token = jwt.encode({"exp": int(time.time()) + 60}, session_keys[0], algorithm="RS256")
     with pytest.raises(SessionError):
         verify_session_token(token)
+
+
+@pytest.mark.parametrize(
+    ("claim", "value"),
+    [("exp", "1765000000"), ("exp", True), ("nbf", True), ("iat", "0"), ("iat", None), ("nbf", [0]), ("exp", {})],
+)
+def test_time_claims_that_are_not_json_numbers_are_refused_with_the_reason(
+    session_keys: tuple[str, str], claim: str, value: object
+) -> None:
+    now = int(time.time())
+    token = jwt.encode({"sub": "u", "iat": now, "exp": now + 600, claim: value}, session_keys[0], algorithm="RS256")
+    with pytest.raises(SessionError, match=f"{claim} claim is not a number|invalid|expired|required"):
+        verify_session_token(token)
+
+
+@pytest.mark.parametrize("exp_after_s", [600.75, 10.0**12, 1e300])
+def test_numeric_exp_of_any_size_is_a_bounded_deadline(session_keys: tuple[str, str], exp_after_s: float) -> None:
+    """A float or huge ``exp`` is a number: the session verifies, and its stream's deadline is
+    that number (a stream is also bounded by its own maximum, ``lib.streams.sse``)."""
+    now = time.time()
+    token = jwt.encode({"sub": "u", "exp": now + exp_after_s}, session_keys[0], algorithm="RS256")
+    remaining = verify_session_token(token).verifies_for_s()
+    assert remaining == pytest.approx(exp_after_s, abs=5)

@@ -2,7 +2,8 @@
 
 JWT games — no algorithm, HS256 keyed with the public key, another key, a ``kid``/``jku``
 pointing elsewhere, PS256 or RS512 with the right key, claims altered under the original
-signature, expired, not yet valid, no ``exp``, no or non-string ``sub``, the wrong ``azp`` —
+signature, expired, not yet valid, no ``exp``, ``exp``/``nbf``/``iat`` that are not JSON numbers
+(numeric strings, booleans, null, a list, NaN), no or non-string ``sub``, the wrong ``azp`` —
 each made for a super admin, each sent to every method of every route that checks sessions:
 401, every time. Then the full matrix: every route, method and persona (no session, each
 platform role, each tenant role, a guest, the cron bearer), each answer compared with what
@@ -156,6 +157,21 @@ def forged_tokens(session_keys: tuple[str, str], mint_token: Callable[..., str])
         "no sub": jwt.encode({k: v for k, v in admin.items() if k != "sub"}, private_pem, algorithm="RS256"),
         "sub a number": jwt.encode({**admin, "sub": 42}, private_pem, algorithm="RS256"),
         "sub a list": jwt.encode({**admin, "sub": ["user_mallory"]}, private_pem, algorithm="RS256"),
+        **{
+            f"{claim} {kind}": jwt.encode({**admin, claim: value}, private_pem, algorithm="RS256")
+            for claim, kind, value in (
+                ("exp", "a numeric string", str(now + 600)),  # PyJWT alone accepts it
+                ("nbf", "a numeric string", str(now - 10)),
+                ("iat", "a numeric string", str(now)),
+                ("exp", "true", True),
+                ("nbf", "true", True),  # PyJWT alone reads it as 1
+                ("iat", "false", False),
+                ("exp", "null", None),
+                ("iat", "null", None),
+                ("exp", "a list", [now + 600]),
+                ("exp", "NaN", float("nan")),
+            )
+        },
         "two tokens in one": f"{valid}.{valid}",
         "not a token": "not-a-token",
     }
