@@ -154,19 +154,33 @@ export function broadcastElection(name, onLead, onDemote) {
   let leading = false;
   let heardLeaderAt = 0;
   let claims = null;
+  let closed = false;
+  // Every timer of the election, so close() can cancel them: one firing after close() would post
+  // on the closed channel (InvalidStateError) or make a closed election lead.
+  const timers = new Set();
+  const later = (run, ms) => {
+    const timer = setTimeout(() => {
+      timers.delete(timer);
+      if (!closed) run();
+    }, ms);
+    timers.add(timer);
+  };
+  const post = (message) => {
+    if (!closed) channel.postMessage(message);
+  };
   const tick = () => {
-    if (leading) channel.postMessage({ type: 'leader', id });
+    if (leading) post({ type: 'leader', id });
     else if (claims === null && Date.now() - heardLeaderAt > LEASE_MS) claim();
   };
   const claim = () => {
     claims = new Set([id]);
-    channel.postMessage({ type: 'claim', id });
-    setTimeout(() => {
+    post({ type: 'claim', id });
+    later(() => {
       const won = claims !== null && [...claims].sort()[0] === id && Date.now() - heardLeaderAt > CLAIM_MS;
       claims = null;
       if (won && !leading) {
         leading = true;
-        channel.postMessage({ type: 'leader', id });
+        post({ type: 'leader', id });
         onLead();
       }
     }, CLAIM_MS);
@@ -179,28 +193,33 @@ export function broadcastElection(name, onLead, onDemote) {
       }
       if (!leading) heardLeaderAt = Date.now();
     } else if (data.type === 'claim') {
-      if (leading) channel.postMessage({ type: 'leader', id });
+      if (leading) post({ type: 'leader', id });
       else if (claims !== null) claims.add(data.id);
     } else if (data.type === 'hello' && leading) {
-      channel.postMessage({ type: 'leader', id });
+      post({ type: 'leader', id });
     } else if (data.type === 'resign' && !leading) {
       heardLeaderAt = 0;
       if (claims === null) claim();
     }
   };
-  const timer = setInterval(tick, HEARTBEAT_MS);
+  const heartbeat = setInterval(tick, HEARTBEAT_MS);
   const resign = () => {
-    if (leading) channel.postMessage({ type: 'resign', id });
+    if (leading) post({ type: 'resign', id });
     leading = false;
   };
   globalThis.addEventListener?.('pagehide', resign);
-  channel.postMessage({ type: 'hello' });
-  setTimeout(tick, CLAIM_MS); // a leader answers hello at once; silence means there is none
+  post({ type: 'hello' });
+  later(tick, CLAIM_MS); // a leader answers hello at once; silence means there is none
   return {
     close() {
-      clearInterval(timer);
+      if (closed) return;
+      clearInterval(heartbeat);
       globalThis.removeEventListener?.('pagehide', resign);
       resign();
+      closed = true;
+      for (const timer of timers) clearTimeout(timer);
+      timers.clear();
+      channel.onmessage = null;
       channel.close();
     },
   };
@@ -362,6 +381,7 @@ export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClas
       this.lastEventId = '';
       this.listeners = new Map();
       this.source = null;
+      this.closed = false;
       this.join(sessionKey());
       this.sessionTimer = setInterval(() => this.sameUser(), SESSION_CHECK_MS);
       this.addEventListener(CURSOR_EVENT, () => {});
@@ -409,7 +429,7 @@ export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClas
     }
 
     lead() {
-      if (!this.sameUser()) return; // elected for the user this tab no longer has: it moved over
+      if (this.closed || !this.sameUser()) return; // closed, or elected for a user this tab no longer has
       this.source = new EventSourceImpl(withLastEventId(this.url, this.lastEventId), { withCredentials: true });
       this.source.onopen = () => this.publish({ type: 'open' });
       this.source.onerror = () => this.publish({ type: 'error' });
@@ -431,6 +451,7 @@ export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClas
     }
 
     publish(message) {
+      if (this.closed) return; // a frame of a source closing with us: its channel is closed
       this.deliver(message);
       this.channel.postMessage(message);
     }
@@ -459,6 +480,8 @@ export function sharedEventSourceClass(EventSourceImpl = resumingEventSourceClas
     }
 
     close() {
+      if (this.closed) return;
+      this.closed = true;
       clearInterval(this.sessionTimer);
       this.leave();
     }

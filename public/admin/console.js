@@ -1,12 +1,24 @@
 // The operations console: cron health, queue telemetry, stuck work with redrive and delete,
 // flags and the audit log, read from the admin API with the browser's __session cookie and
-// refreshed every refreshMs — never more often than every MIN_REFRESH_MS, whatever the URL asks:
-// each refresh reads five admin APIs. Everything from the API is written with textContent:
+// refreshed every refreshMs: a finite whole number of milliseconds from MIN_REFRESH_MS to
+// MAX_REFRESH_MS, anything else (Infinity, 1e300, -5, NaN, 0x10...) the default — a link can
+// set it, and each refresh reads five admin APIs. A refresh never starts while another runs: the
+// next tick is timed from the end of the last, and a button pressed meanwhile waits for it. Everything from the API is written with textContent:
 // dead-letter payloads and errors carry feed content and must never become markup. No inline
 // script or style anywhere (the pages' Content-Security-Policy allows neither): a bar's height is
 // set through the element's style object, which the policy leaves alone.
 
 export const MIN_REFRESH_MS = 1000;
+export const MAX_REFRESH_MS = 3_600_000;
+export const DEFAULT_REFRESH_MS = 10_000;
+
+/** The refresh interval a URL's `refreshMs` asks for, or the default when it is not a whole
+ * number of milliseconds within [MIN_REFRESH_MS, MAX_REFRESH_MS] written in decimal. */
+export function refreshInterval(asked) {
+  const text = String(asked ?? '').trim();
+  const value = /^[0-9]{1,7}$/.test(text) ? Number(text) : NaN;
+  return Number.isInteger(value) && value >= MIN_REFRESH_MS && value <= MAX_REFRESH_MS ? value : DEFAULT_REFRESH_MS;
+}
 
 const SOURCES_NOTE = {
   queue: 'queue message dead-lettered after its last delivery',
@@ -252,7 +264,7 @@ function renderAudit(root, entries) {
   );
 }
 
-export function startConsole(doc, { refreshMs = 10000 } = {}) {
+export function startConsole(doc, { refreshMs = DEFAULT_REFRESH_MS } = {}) {
   const $ = (id) => doc.querySelector(`[data-testid="${id}"]`);
   const deadLetters = {
     root: $('dead-letters'), count: $('dead-letter-count'), unavailable: $('dead-letters-unavailable'),
@@ -263,7 +275,24 @@ export function startConsole(doc, { refreshMs = 10000 } = {}) {
     for (const id of ['console', 'restricted', 'signed-out']) $(id).hidden = id !== view;
   }
 
-  async function refresh() {
+  // One refresh at a time: a call while one runs gets one more after it (shared by all callers).
+  let running = null;
+  let again = null;
+  function refresh() {
+    if (running) {
+      again ||= running.catch(() => {}).then(() => {
+        again = null;
+        return refresh();
+      });
+      return again;
+    }
+    running = readEverything().finally(() => {
+      running = null;
+    });
+    return running;
+  }
+
+  async function readEverything() {
     let health;
     try {
       health = await api('/api/admin/queues');
@@ -345,9 +374,11 @@ export function startConsole(doc, { refreshMs = 10000 } = {}) {
   $('dead-letter-source').addEventListener('change', refresh);
   $('refresh-now').addEventListener('click', refresh);
 
-  const tick = () => refresh().catch((error) => {
-    $('last-refreshed').textContent = `failed (${error.message}); retrying`;
-  });
+  const interval = refreshInterval(refreshMs);
+  const tick = () => refresh()
+    .catch((error) => {
+      $('last-refreshed').textContent = `failed (${error.message}); retrying`;
+    })
+    .finally(() => setTimeout(tick, interval));
   tick();
-  setInterval(tick, Math.max(MIN_REFRESH_MS, Number(refreshMs) || MIN_REFRESH_MS));
 }

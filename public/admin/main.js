@@ -1,2 +1,2 @@
 import { startConsole } from '/admin/console.js';
-startConsole(document, { refreshMs: Number(new URLSearchParams(location.search).get('refreshMs') || 10000) });
+startConsole(document, { refreshMs: new URLSearchParams(location.search).get('refreshMs') });

@@ -23,6 +23,7 @@ from lib.queues.signing import SIGNATURE_FIELD, SIGNED_AT_FIELD, signature_for
 from tests.support.browser import OUTPUT
 from tests.support.devserver import DevServer, running_dev_server
 from tests.support.queue import rss_message
+from tests.support.security import record
 from tests.support.servers import serve_in_thread
 
 SIGNING_SECRET = "console-browser-test-secret"
@@ -260,15 +261,66 @@ def test_a_script_injected_into_the_console_does_not_run(browser: Browser, dev_s
     assert {"script-src-attr", "style-src-attr"} <= set(page.evaluate("window.violations"))
 
 
-def test_the_refresh_interval_has_a_floor(browser: Browser, dev_server: DevServer) -> None:
-    """``?refreshMs=1`` would read five admin APIs a thousand times a second: once a second at most."""
+# Wraps fetch before the console loads: the admin APIs answer 2.5 s late, and the page counts
+# how many reads of /api/admin/queues (one per refresh) start and overlap.
+SLOW_ADMIN_API = """
+window.refreshes = { started: [], inFlight: 0, mostAtOnce: 0 };
+const realFetch = window.fetch.bind(window);
+window.fetch = async (input, init) => {
+  const url = String(input instanceof Request ? input.url : input);
+  if (!url.includes('/api/admin/queues')) return realFetch(input, init);
+  const seen = window.refreshes;
+  seen.started.push(performance.now());
+  seen.inFlight += 1;
+  seen.mostAtOnce = Math.max(seen.mostAtOnce, seen.inFlight);
+  try {
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    return await realFetch(input, init);
+  } finally {
+    seen.inFlight -= 1;
+  }
+};
+"""
+
+
+ASKED_REFRESHES = {"1": 1, "Infinity": 1, "1e300": 1, "-5": 1, "NaN": 1, "0x10": 1, "2147483648": 1, "1000": 2}
+
+
+@pytest.mark.security
+def test_the_refresh_is_bounded_whatever_the_link_asks(browser: Browser, dev_server: DevServer) -> None:
+    """A link can carry any ``refreshMs``: anything but a whole number of milliseconds from 1 s
+    to 1 h is the default (10 s), so in a page's first 6 s one refresh runs (two at 1 s: each
+    takes 2.5 s here, and the next is timed from its end); and a "refresh now" button hammered
+    meanwhile never has two refreshes running at once."""
     context = browser.new_context()
+    context.add_init_script(SLOW_ADMIN_API)
     page = context.new_page()
     page.goto(f"{dev_server.url}/__dev/sign-in?as=super_admin&next={quote('/admin/', safe='')}")
-    reads: list[float] = []
-    page.on("request", lambda request: "/api/admin/queues" in request.url and reads.append(time.monotonic()))
-    page.goto(f"{dev_server.url}/admin/?refreshMs=1")
-    expect(page.get_by_test_id("console")).to_be_visible(timeout=15_000)
-    page.wait_for_timeout(3000)
-    assert 2 <= len(reads) <= 5, len(reads)
+    pages = {}
+    for asked in ASKED_REFRESHES:
+        pages[asked] = context.new_page()
+        pages[asked].goto(f"{dev_server.url}/admin/?refreshMs={quote(asked)}")
+    last = pages["1000"]
+    last.wait_for_timeout(max(0, 6000 - last.evaluate("performance.now()")))  # the CSP refuses wait_for_function
+    counted = {
+        asked: len([t for t in shown.evaluate("window.refreshes.started") if t < 6000])
+        for asked, shown in pages.items()
+    }
+    for _ in range(8):
+        last.get_by_test_id("refresh-now").click()
+        last.wait_for_timeout(150)
+    last.wait_for_timeout(6000)
+    seen = last.evaluate("window.refreshes")
+    gaps = [later - earlier for earlier, later in zip(seen["started"], seen["started"][1:], strict=False)]
+    for asked, reads in ASKED_REFRESHES.items():
+        record("console links", "refreshMs from a link: refreshes in a page's first 6 s", tried=1,
+               bad=int(counted[asked] != reads))  # fmt: skip
+    record(
+        "console links",
+        "refresh hammered while the API answers late: two at once",
+        tried=1,
+        bad=int(seen["mostAtOnce"] != 1),
+    )
+    assert counted == ASKED_REFRESHES
+    assert seen["mostAtOnce"] == 1 and all(gap >= 2400 for gap in gaps), seen
     context.close()

@@ -292,3 +292,48 @@ def test_frames_that_do_not_match_their_schema_are_dropped_and_reported_once(
         "ermis-realtime: dropped a stream.end",
         "ermis-realtime: dropped a stream.cursor",
     ]
+
+
+CLOSE_AT_EVERY_MOMENT = """async () => {
+  const { broadcastElection, sharedEventSourceClass } = await import('/ermis-realtime.js');
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  const leadsAfterClose = [];
+  // Closed at each moment of an election's life: before its first tick, during its claim,
+  // just after leading, while leading; and closed twice.
+  for (const after of [0, 50, 210, 260, 1500]) {
+    let leads = 0;
+    const election = broadcastElection(`close-test-${after}`, () => { leads += 1; }, () => {});
+    await sleep(after);
+    election.close();
+    election.close();
+    const atClose = leads;
+    leadsAfterClose.push(async () => leads - atClose);
+  }
+  const Shared = sharedEventSourceClass();
+  for (const after of [0, 100, 1500]) {
+    const source = new Shared('/api/notifications/events');
+    await sleep(after);
+    source.close();
+    source.close();
+  }
+  await sleep(4000);  // every timer an election or a source had would have fired by now
+  return Promise.all(leadsAfterClose.map((count) => count()));
+}"""
+
+
+@pytest.mark.parametrize("election", ELECTIONS)
+def test_close_leaves_no_timer_or_channel_that_can_throw(
+    browser: Browser, dev_server: DevServer, election: str
+) -> None:
+    """``close()`` of an election or a shared stream at any moment of its life: nothing it left
+    behind throws (a timer posting on its closed BroadcastChannel was ``InvalidStateError``), and
+    a closed election never leads."""
+    context = browser.new_context()
+    context.add_init_script(ELECTIONS[election])
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{dev_server.url}/realtime-demo.html")
+    leads_after_close = page.evaluate(CLOSE_AT_EVERY_MOMENT)
+    assert (errors, leads_after_close) == ([], [0] * 5)
+    context.close()
