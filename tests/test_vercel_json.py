@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from lib.http.security_headers import SECURITY_HEADERS
+from lib.http.security_headers import EDGE_HEADERS
 from lib.local.paths import PROJECT_ROOT
 from lib.local.routing import discover_routes, resolve
 from lib.streams.feed import FEED_MAX_DURATION_S
@@ -97,6 +97,7 @@ def test_every_api_file_is_reachable_and_exposes_only_app(file: str) -> None:
 
 def test_every_path_gets_the_security_headers_the_functions_send() -> None:
     """What Vercel serves itself (``public/``) carries the headers the function apps add to
-    theirs (``lib.http.security_headers``): one entry, for every path."""
+    theirs (``lib.http.security_headers``), and Vercel's edge adds HSTS to everything: one
+    entry, for every path."""
     assert [entry["source"] for entry in CONFIG["headers"]] == ["/(.*)"]
-    assert {item["key"]: item["value"] for item in CONFIG["headers"][0]["headers"]} == SECURITY_HEADERS
+    assert {item["key"]: item["value"] for item in CONFIG["headers"][0]["headers"]} == EDGE_HEADERS

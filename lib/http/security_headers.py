@@ -11,10 +11,17 @@ realtime demo), its files and its API answers alike.
   style because its bytes look like one.
 - ``Referrer-Policy: no-referrer``: a console URL (its query) never leaves in a ``Referer``.
 
+``EDGE_HEADERS`` adds ``Strict-Transport-Security`` (two years, subdomains too): browsers reach
+the bundle over HTTPS only once they have seen it. It is sent by the HTTPS edge alone —
+``vercel.json``'s ``headers`` (Vercel adds HSTS by itself only on ``.vercel.app`` domains, not
+on a custom one) and the CloudFront distribution's response-headers policy on AWS
+(``lib.ops.aws_streams``) — never by the function apps, which also answer plain HTTP on
+loopback (``scripts/dev``, ``scripts/serve``), where the header means nothing.
+
 One set for everything, as three places send it: the function apps (``function_app``: on
 Vercel, on AWS and under ``scripts/serve``), the local router for the files of ``public/``
 (``lib.local.server``), and ``vercel.json``'s ``headers`` for what Vercel serves itself (its
-static files); a test holds ``vercel.json`` to ``SECURITY_HEADERS``, and the deployment stage
+static files); a test holds ``vercel.json`` to ``EDGE_HEADERS``, and the deployment stage
 reads them out of ``vercel build``'s own routes. A header a response already has is kept.
 """
 
@@ -40,6 +47,11 @@ SECURITY_HEADERS: dict[str, str] = {
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
+}
+STRICT_TRANSPORT_SECURITY_MAX_AGE_S = 63_072_000  # two years, what hstspreload.org asks for
+EDGE_HEADERS: dict[str, str] = {
+    **SECURITY_HEADERS,
+    "Strict-Transport-Security": f"max-age={STRICT_TRANSPORT_SECURITY_MAX_AGE_S}; includeSubDomains",
 }
 _RAW = [(name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS.items()]
 

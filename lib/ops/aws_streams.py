@@ -58,6 +58,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from lib.http.security_headers import EDGE_HEADERS
 from lib.local.routing import FunctionRoute
 from lib.local.server import HEALTH_PATH
 
@@ -82,6 +83,7 @@ NOT_FOUND_BODY = '{"error":{"code":"not_found","message":"No route for this path
 # CloudFront's managed policies, by their documented ids.
 CACHING_DISABLED = "4135ea2d-6df8-44a3-9df3-4b5a84be39ad"
 ALL_VIEWER_EXCEPT_HOST_HEADER = "b689b0a8-53d0-40ab-baf2-68738e2966ac"
+EDGE_RESPONSE_HEADERS = "EdgeResponseHeaders"  # the response-headers policy's logical id
 API_ORIGIN = "http-api"
 STREAMS_ORIGIN = "streams"
 STREAMS_ON = "StreamsOn"
@@ -452,9 +454,43 @@ def streams_resources(environment: dict[str, Any], stream_routes: list[FunctionR
     return resources
 
 
+def edge_response_headers() -> dict[str, Any]:
+    """The distribution's response-headers policy: ``EDGE_HEADERS`` — the security headers the
+    functions send anyway, and HSTS, which only the HTTPS edge may send — on every answer,
+    overriding what an origin said."""
+    csp, frame = EDGE_HEADERS["Content-Security-Policy"], EDGE_HEADERS["X-Frame-Options"]
+    hsts = dict(part.strip().partition("=")[::2] for part in EDGE_HEADERS["Strict-Transport-Security"].split(";"))
+    return {
+        "Type": "AWS::CloudFront::ResponseHeadersPolicy",
+        "Properties": {
+            "ResponseHeadersPolicyConfig": {
+                "Name": {"Fn::Sub": "${AWS::StackName}-edge-headers"},
+                "Comment": "lib.http.security_headers.EDGE_HEADERS",
+                "SecurityHeadersConfig": {
+                    "StrictTransportSecurity": {
+                        "AccessControlMaxAgeSec": int(hsts["max-age"]),
+                        "IncludeSubdomains": "includeSubDomains" in hsts,
+                        "Preload": False,
+                        "Override": True,
+                    },
+                    "ContentSecurityPolicy": {"ContentSecurityPolicy": csp, "Override": True},
+                    "ContentTypeOptions": {"Override": True},  # nosniff, CloudFront's only value
+                    "FrameOptions": {"FrameOption": frame, "Override": True},
+                    "ReferrerPolicy": {"ReferrerPolicy": EDGE_HEADERS["Referrer-Policy"], "Override": True},
+                },
+            }
+        },
+    }
+
+
 def edge_distribution(stream_routes: list[FunctionRoute]) -> dict[str, Any]:
-    """The CloudFront distribution: the HTTP API by default, each stream route to the load balancer."""
-    uncached = {"CachePolicyId": CACHING_DISABLED, "OriginRequestPolicyId": ALL_VIEWER_EXCEPT_HOST_HEADER}
+    """The CloudFront distribution: the HTTP API by default, each stream route to the load
+    balancer; every answer with the edge's headers (``edge_response_headers``)."""
+    uncached = {
+        "CachePolicyId": CACHING_DISABLED,
+        "OriginRequestPolicyId": ALL_VIEWER_EXCEPT_HOST_HEADER,
+        "ResponseHeadersPolicyId": {"Ref": EDGE_RESPONSE_HEADERS},
+    }
     stream_behaviours = [
         {
             "PathPattern": path_pattern(route),

@@ -160,6 +160,7 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
     streams_environment = {name: environment[name] for name in STREAM_VARIABLES}
     resources.update(aws_streams.streams_resources(streams_environment, stream_routes))
     resources["EdgeDistribution"] = aws_streams.edge_distribution(stream_routes)
+    resources[aws_streams.EDGE_RESPONSE_HEADERS] = aws_streams.edge_response_headers()
     functions = config.get("functions", {})
     for route in routes:
         if is_stream(route):

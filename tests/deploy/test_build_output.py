@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from lib.bundle import PROJECT_ROOT, read_vercel_config
-from lib.http.security_headers import SECURITY_HEADERS
+from lib.http.security_headers import EDGE_HEADERS
 from lib.local.queue_bridge import queue_triggers
 from lib.local.routing import discover_routes, resolve
 from lib.queues.consumer_names import vercel_consumer_name
@@ -162,9 +162,10 @@ STATIC_PAGES = ("admin/index.html", "admin/main.js", "admin/console.js", "admin/
 @pytest.mark.parametrize("path", ["/admin/", "/admin/index.html", *(f"/{page}" for page in STATIC_PAGES), "/api/feed"])
 def test_what_vercel_serves_carries_the_security_headers(vercel_output: BuildOutput, path: str) -> None:
     """The pages Vercel serves itself get the headers the function apps add (checked under
-    Vercel's runtime in ``test_built_functions``): from ``vercel.json``, through Vercel's builder."""
+    Vercel's runtime in ``test_built_functions``), and every answer gets HSTS: from
+    ``vercel.json``, through Vercel's builder."""
     assert {name.lower(): value for name, value in vercel_headers(vercel_output, path).items()} == {
-        name.lower(): value for name, value in SECURITY_HEADERS.items()
+        name.lower(): value for name, value in EDGE_HEADERS.items()
     }
 
 

@@ -1,7 +1,8 @@
 """lib.http.security_headers: every answer of the bundle — its pages and files, every function's
 JSON (successes, refusals, 404s, the typed 500), a stream — carries the Content-Security-Policy,
-X-Frame-Options, X-Content-Type-Options and Referrer-Policy, once each; and the pages hold no
-inline script or style the policy would block."""
+X-Frame-Options, X-Content-Type-Options and Referrer-Policy, once each, and no
+Strict-Transport-Security over plain HTTP (the edge adds it); and the pages hold no inline
+script or style the policy would block."""
 
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ ANSWERS = ("/api/feed", "/api/admin/flags", "/api/no-such-route", "/.env", "/__h
 
 
 def missing_headers(response: httpx.Response) -> list[str]:
-    """The headers of ``SECURITY_HEADERS`` the response lacks, or has other or twice."""
-    return [name for name, value in SECURITY_HEADERS.items() if response.headers.get_list(name) != [value]]
+    """The headers of ``SECURITY_HEADERS`` the response lacks, or has other or twice — and HSTS
+    if a plain-HTTP answer carries it (only the HTTPS edge sends it: ``EDGE_HEADERS``)."""
+    wrong = [name for name, value in SECURITY_HEADERS.items() if response.headers.get_list(name) != [value]]
+    return wrong + (["Strict-Transport-Security"] if "strict-transport-security" in response.headers else [])
 
 
 def assert_headers(response: httpx.Response) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from lib.bundle import PROJECT_ROOT
+from lib.http.security_headers import EDGE_HEADERS
 from lib.local.routing import discover_routes
 from lib.local.server import HEALTH_PATH
 from lib.ops.aws_streams import (
@@ -413,10 +414,36 @@ def cloudfront_shape(value: Any, key: str = "") -> Any:
 
 
 def apply_the_distribution(aws: MotoAws, values: StackValues) -> dict[str, Any]:
-    """The distribution, after the HTTP API it fronts (``apply_what_moto_cloudformation_lacks``)."""
+    """The distribution, after the HTTP API it fronts (``apply_what_moto_cloudformation_lacks``).
+    moto has no response-headers policies (no API for them): an id stands in for the template's
+    (its content: ``test_every_answer_through_cloudfront_gets_the_edge_headers_hsts_included``
+    and cfn-lint, AWS's own schema)."""
+    values.refs.setdefault("EdgeResponseHeaders", "edge-headers-policy-id")
     config = values.resolve(TEMPLATE["Resources"]["EdgeDistribution"]["Properties"]["DistributionConfig"])
     shaped = cloudfront_shape(config)
     shaped.setdefault("CacheBehaviors", {"Quantity": 0})
     shaped["CallerReference"] = "ermis"
     created = aws.client("cloudfront").create_distribution(DistributionConfig=shaped)["Distribution"]
     return created["DistributionConfig"]
+
+
+def test_every_answer_through_cloudfront_gets_the_edge_headers_hsts_included() -> None:
+    """The response-headers policy, read back as the headers CloudFront adds (its documented
+    meaning of each field), is ``EDGE_HEADERS``; the default behaviour and every stream behaviour use it."""
+    config = TEMPLATE["Resources"]["EdgeResponseHeaders"]["Properties"]["ResponseHeadersPolicyConfig"]
+    security = config["SecurityHeadersConfig"]
+    hsts = security["StrictTransportSecurity"]
+    sent = {
+        "Content-Security-Policy": security["ContentSecurityPolicy"]["ContentSecurityPolicy"],
+        "X-Frame-Options": security["FrameOptions"]["FrameOption"],
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": security["ReferrerPolicy"]["ReferrerPolicy"],
+        "Strict-Transport-Security": f"max-age={hsts['AccessControlMaxAgeSec']}"
+        + ("; includeSubDomains" if hsts["IncludeSubdomains"] else "")
+        + ("; preload" if hsts["Preload"] else ""),
+    }
+    assert sent == EDGE_HEADERS
+    assert all(part["Override"] for part in security.values())
+    distribution = TEMPLATE["Resources"]["EdgeDistribution"]["Properties"]["DistributionConfig"]
+    behaviours = [distribution["DefaultCacheBehavior"], *distribution["CacheBehaviors"]["Fn::If"][1]]
+    assert {json.dumps(b["ResponseHeadersPolicyId"]) for b in behaviours} == {'{"Ref": "EdgeResponseHeaders"}'}
