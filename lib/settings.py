@@ -144,6 +144,8 @@ class Settings:
     ermis_queue_signing_secret_next: Secret | None = _secret()
     ermis_queue_legacy_signatures_until: str | None = _text()
     vercel: str | None = _text()
+    vercel_env: str | None = _text()  # Vercel's: production, preview or development
+    ermis_env: str | None = _text()  # the same, where Vercel does not set it (the AWS template: production)
     vercel_oidc_token: Secret | None = _secret()
     vercel_queue_api_token: Secret | None = _secret()
     vercel_queue_token: Secret | None = _secret()
@@ -210,6 +212,21 @@ class Settings:
     def on_vercel(self) -> bool:
         return (self.vercel or "").strip() == "1"
 
+    @property
+    def in_production(self) -> bool:
+        return (self.vercel_env or self.ermis_env or "").strip().lower() == "production"
+
+    def production_refusal(self) -> str | None:
+        """Why this process must not serve production, or ``None``: it is not production, or it
+        has every variable production needs (``PRODUCTION_REQUIRED``)."""
+        if not self.in_production:
+            return None
+        for variable, why in PRODUCTION_REQUIRED.items():
+            value = getattr(self, variable.lower())
+            if not (secret_or_none(value) if isinstance(value, Secret) else (value or "").strip()):
+                return f"{variable} must be set in production ({why})"
+        return None
+
     @staticmethod
     def sqs_queue_url_variable(wire_topic: str) -> str:
         """``rss-ingest`` → ``ERMIS_SQS_QUEUE_URL_RSS_INGEST``."""
@@ -257,6 +274,13 @@ def _url_password(url: str) -> str | None:
 
 def _declared_settings() -> Iterator[tuple[str, _Setting]]:
     return ((name, value) for name, value in vars(Settings).items() if isinstance(value, _Setting))
+
+
+# What a production process refuses to start without, and why (README: what to set on Vercel).
+PRODUCTION_REQUIRED = {
+    "CLERK_AUTHORIZED_PARTIES": "without it a session token minted for another site is accepted",
+    "ERMIS_PSEUDONYM_KEY": "without it logs name a person as person:unkeyed, or by a guessable digest",
+}
 
 
 @lru_cache(maxsize=1)

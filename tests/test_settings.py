@@ -58,3 +58,15 @@ def test_secrets_never_print_and_are_listed_for_the_redactor() -> None:
     assert secret_or_none(settings.cron_secret) == "cron-secret-value"
     assert {"cron-secret-value", "db-password"} <= set(settings.secret_values())
     assert secret_or_none(Secret("   ")) is None and secret_or_none(None) is None
+
+
+@pytest.mark.parametrize("marker", [{"VERCEL_ENV": "production"}, {"ERMIS_ENV": "production"}])
+def test_production_needs_the_authorized_parties_and_the_pseudonym_key(marker: dict[str, str]) -> None:
+    complete = {**marker, "CLERK_AUTHORIZED_PARTIES": "https://news.example", "ERMIS_PSEUDONYM_KEY": "k" * 32}
+    assert Settings(complete).production_refusal() is None
+    for variable in ("CLERK_AUTHORIZED_PARTIES", "ERMIS_PSEUDONYM_KEY"):
+        for missing in ("", "   "):
+            refusal = Settings({**complete, variable: missing}).production_refusal()
+            assert refusal is not None and refusal.startswith(f"{variable} must be set in production")
+    assert Settings({"VERCEL_ENV": "preview"}).production_refusal() is None  # previews and development may go without
+    assert Settings({}).production_refusal() is None

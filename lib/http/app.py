@@ -8,12 +8,15 @@
 - any exception that escapes a handler → reported once, typed 500 JSON (never a traceback);
   an exception after a streaming response started is reported and the stream closed;
 - ``run_after_response`` and the invocation memo work inside every request;
-- every response, errors included, carries the bundle's security headers (``security_headers``).
+- every response, errors included, carries the bundle's security headers (``security_headers``);
+- in production, the process refuses to start without what production needs
+  (``refuse_to_start_unready``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -29,6 +32,7 @@ from lib.http.security_headers import SecurityHeadersMiddleware
 from lib.observability import log_server_error
 from lib.runtime.after_response import AfterResponseMiddleware
 from lib.runtime.invocation import InvocationMemoMiddleware
+from lib.settings import SettingsError, get_settings
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -72,7 +76,21 @@ class TypedServerErrorMiddleware:
             await internal_error_response(scope["path"], error)(scope, receive, send)
 
 
+def refuse_to_start_unready() -> None:
+    """A production process missing a variable production needs (``Settings.production_refusal``)
+    ends as it starts: one line on stderr naming the variable, exit status 1 — not a function
+    that serves every request with the gap (an ``azp`` never checked, logs that name people)."""
+    try:
+        refusal = get_settings().production_refusal()
+    except SettingsError:
+        return  # a value out of its bounds: each request answers the typed 500 naming it, as before
+    if refusal is not None:
+        print(f"ermis: refusing to start: {refusal}", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+
+
 def function_app(*routes: BaseRoute, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Starlette:
+    refuse_to_start_unready()
     return Starlette(
         routes=list(routes),
         middleware=[

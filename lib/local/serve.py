@@ -41,9 +41,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {', '.join(missing)} must be set (scripts/serve starts no services of its own)", file=sys.stderr)
         return 1
     try:
-        get_settings()  # a setting out of its bounds is refused now, not at the first request
+        refusal = get_settings().production_refusal()  # a setting out of its bounds is refused now too
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    if refusal is not None:
+        print(f"ermis: refusing to start: {refusal}", file=sys.stderr)
         return 1
     router = VercelRouter(PROJECT_ROOT)
     print(f"serving {len(router.routes)} functions on http://{args.host}:{args.port}", flush=True)

@@ -61,6 +61,7 @@ from typing import Any
 from lib.http.security_headers import EDGE_HEADERS
 from lib.local.routing import FunctionRoute
 from lib.local.server import HEALTH_PATH
+from lib.runtime.aws.secrets import STREAM_SECRET_VARIABLES
 
 STREAM_FILE = "events.py"
 CONTAINER_NAME = "streams"
@@ -78,6 +79,8 @@ HEALTH_CHECK_INTERVAL_S = 15
 SCALE_OUT_COOLDOWN_S = 60
 SCALE_IN_COOLDOWN_S = 300
 ORIGIN_SECRET_HEADER = "X-Ermis-Origin-Secret"  # noqa: S105 - the header's name; its value is a parameter
+ORIGIN_SECRET_MIN_CHARS = 32
+ORIGIN_SECRET_PATTERN = r"^[A-Za-z0-9._~+-]+$"  # noqa: S105 - the value's shape
 PATHS_PER_RULE = 4  # a listener rule holds at most 5 condition values: the paths and the header
 NOT_FOUND_BODY = '{"error":{"code":"not_found","message":"No route for this path."}}'
 # CloudFront's managed policies, by their documented ids.
@@ -127,9 +130,14 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "StreamsOriginSecret": {
         "Type": "String",
         "NoEcho": True,
-        "Default": "",
+        # No default, 32 characters at least, and none of the load balancer's wildcards: its
+        # header conditions match case-insensitively and read * and ? as patterns, so a value
+        # with them (or a short one) would let a guess through.
+        "MinLength": ORIGIN_SECRET_MIN_CHARS,
+        "AllowedPattern": ORIGIN_SECRET_PATTERN,
+        "ConstraintDescription": f"at least {ORIGIN_SECRET_MIN_CHARS} characters of A-Z a-z 0-9 and - _ . ~ +",
         "Description": f"a long random value CloudFront sends as {ORIGIN_SECRET_HEADER}: the load balancer"
-        " forwards nothing without it",
+        " forwards nothing without it (openssl rand -hex 32)",
     },
     "StreamsMinTasks": {"Type": "Number", "Default": 2, "MinValue": 1},
     "StreamsMaxTasks": {"Type": "Number", "Default": 10, "MinValue": 1},
@@ -157,7 +165,6 @@ STREAMS_NEED = (
     "StreamsCertificateArn",
     "StreamsHostedZoneId",
     "CloudFrontPrefixListId",
-    "StreamsOriginSecret",
 )
 STREAMS_NEED_LISTS = ("LoadBalancerSubnetIds", "TaskSubnetIds")
 RULES: dict[str, Any] = {
@@ -347,6 +354,21 @@ def streams_resources(environment: dict[str, Any], stream_routes: list[FunctionR
             "Properties": {
                 "AssumeRolePolicyDocument": assume_role_policy("ecs-tasks.amazonaws.com"),
                 "ManagedPolicyArns": ["arn:aws:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy"],
+                "Policies": [
+                    {
+                        "PolicyName": "read-the-secret",
+                        "PolicyDocument": {
+                            "Version": "2012-10-17",
+                            "Statement": [
+                                {
+                                    "Effect": "Allow",
+                                    "Action": "secretsmanager:GetSecretValue",
+                                    "Resource": {"Ref": "SecretArn"},
+                                }
+                            ],
+                        },
+                    }
+                ],
             },
         },
         "StreamsTaskDefinition": {
@@ -369,9 +391,14 @@ def streams_resources(environment: dict[str, Any], stream_routes: list[FunctionR
                             {"Name": name, "Value": value}
                             for name, value in {
                                 **environment,
-                                "ERMIS_DATABASE_LISTEN_URL": {"Ref": "DatabaseListenUrl"},
                                 "ERMIS_SSE_MAX_DURATION_S": str(STREAM_MAX_DURATION_S),
                             }.items()
+                        ],
+                        # Resolved by ECS as the container starts (the execution role may read
+                        # the secret): the task definition holds where each value is, never it.
+                        "Secrets": [
+                            {"Name": name, "ValueFrom": {"Fn::Sub": f"${{SecretArn}}:{name}::"}}
+                            for name in STREAM_SECRET_VARIABLES
                         ],
                         "LogConfiguration": {
                             "LogDriver": "awslogs",

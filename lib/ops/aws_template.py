@@ -20,7 +20,14 @@ What it declares:
   role only the scheduler can assume (``lib.runtime.aws.scheduler``);
 - **a CloudFront distribution**, the one origin browsers use: the HTTP API by default, and a
   behaviour per stream route to the streams' load balancer (``lib.ops.aws_streams``);
-- the two roles, and the secrets as ``NoEcho`` parameters.
+- the two roles; and **the secrets by reference**: the ``SecretArn`` parameter names one
+  Secrets Manager secret holding them as a JSON object (``lib.runtime.aws.secrets``); each
+  Lambda gets that ARN (``ERMIS_SECRET_ARN``) and reads the values at its cold start, the
+  streams' task gets them through ``Secrets``/``ValueFrom``, and no value is in any
+  ``Environment`` (``lambda:GetFunctionConfiguration`` and ``ecs:DescribeTaskDefinition`` show
+  none). Both targets run with ``ERMIS_ENV=production`` and ``CLERK_AUTHORIZED_PARTIES`` (the
+  ``ClerkAuthorizedParties`` parameter, else the site's origin), so a process refuses to start
+  without what production needs (``lib.settings.PRODUCTION_REQUIRED``).
 
 Every ``api/`` file has one home: a stream in the ECS service, a consumer behind its queue,
 every other file behind its HTTP API route.
@@ -41,6 +48,7 @@ from lib.jobs.schedule import load_crons
 from lib.local.routing import discover_routes
 from lib.ops import aws_streams
 from lib.ops.aws_streams import assume_role_policy, is_stream, site_origin
+from lib.runtime.aws.secrets import SECRET_ARN_VARIABLE, SECRET_VARIABLES
 from lib.settings import Settings
 
 RUNTIME = "python3.12"
@@ -51,17 +59,10 @@ QUEUE_VISIBILITY_TIMEOUT_S = 300
 MAX_RECEIVE_COUNT = 5
 SQS_BATCH_SIZE = 10
 DLQ_RETENTION_S = 14 * 24 * 3600
-SECRET_PARAMETERS = {
-    "DatabaseUrl": "DATABASE_URL",
-    "RedisUrl": "REDIS_URL",
-    "CronSecret": "CRON_SECRET",
-    "ClerkJwtKey": "CLERK_JWT_KEY",
-    "QueueSigningSecret": "ERMIS_QUEUE_SIGNING_SECRET",
-    "SentryDsn": "SENTRY_DSN",
-}
-# The streams read the database, sessions and rate limits, report errors and allow the site's
-# origin; nothing else of the functions' environment.
-STREAM_VARIABLES = ("DATABASE_URL", "REDIS_URL", "CLERK_JWT_KEY", "SENTRY_DSN", "ERMIS_ALLOWED_ORIGINS")
+SECRET_ARN_PATTERN = r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+$"  # noqa: S105
+CLERK_PARTIES_GIVEN = "ClerkPartiesGiven"
+# The streams' plain environment (their secrets: STREAM_SECRET_VARIABLES); nothing else of the functions'.
+STREAM_VARIABLES = ("ERMIS_ENV", "ERMIS_ALLOWED_ORIGINS", "CLERK_AUTHORIZED_PARTIES")
 
 
 def logical_id(text: str, suffix: str) -> str:
@@ -103,15 +104,19 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
         "CodeBucket": {"Type": "String", "Description": "S3 bucket holding the function package"},
         "CodeKey": {"Type": "String", "Description": "S3 key of the package (see README: Deploying to AWS)"},
         "QueueConsumersEnabled": {"Type": "String", "AllowedValues": ["true", "false"], "Default": "true"},
-        **{
-            name: {"Type": "String", "NoEcho": True, "Default": "", "Description": f"{variable}"}
-            for name, variable in SECRET_PARAMETERS.items()
-        },
-        "DatabaseListenUrl": {
+        "SecretArn": {
             "Type": "String",
-            "NoEcho": True,
+            "AllowedPattern": SECRET_ARN_PATTERN,
+            "ConstraintDescription": "the full ARN of a Secrets Manager secret",
+            "Description": "the Secrets Manager secret whose value is a JSON object of "
+            + ", ".join(SECRET_VARIABLES)
+            + " (every one; an optional one as an empty string)",
+        },
+        "ClerkAuthorizedParties": {
+            "Type": "String",
             "Default": "",
-            "Description": "ERMIS_DATABASE_LISTEN_URL: the change detector's database URL (empty: DATABASE_URL)",
+            "Description": "CLERK_AUTHORIZED_PARTIES: the origins whose session tokens are accepted"
+            " (comma-separated); empty: the site's origin",
         },
         **aws_streams.PARAMETERS,
     }
@@ -150,10 +155,12 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
         "Properties": {"ApiId": {"Ref": "HttpApi"}, "StageName": "$default", "AutoDeploy": True},
     }
     environment = {
+        "ERMIS_ENV": "production",
         "ERMIS_QUEUE_TRANSPORT": "sqs",
         **{Settings.sqs_queue_url_variable(topic): {"Ref": queue_ids[topic]} for topic in topics},
-        **{variable: {"Ref": name} for name, variable in SECRET_PARAMETERS.items()},
+        SECRET_ARN_VARIABLE: {"Ref": "SecretArn"},
         "ERMIS_ALLOWED_ORIGINS": site_origin(),
+        "CLERK_AUTHORIZED_PARTIES": {"Fn::If": [CLERK_PARTIES_GIVEN, {"Ref": "ClerkAuthorizedParties"}, site_origin()]},
     }
     routes = sorted(discover_routes(project_root), key=lambda r: r.file)
     stream_routes = [route for route in routes if is_stream(route)]
@@ -219,6 +226,7 @@ def build_template(project_root: Path = PROJECT_ROOT) -> dict[str, Any]:
         "Parameters": parameters,
         "Conditions": {
             "QueueConsumersOn": {"Fn::Equals": [{"Ref": "QueueConsumersEnabled"}, "true"]},
+            CLERK_PARTIES_GIVEN: {"Fn::Not": [{"Fn::Equals": [{"Ref": "ClerkAuthorizedParties"}, ""]}]},
             **aws_streams.CONDITIONS,
         },
         "Rules": aws_streams.RULES,
@@ -271,7 +279,7 @@ def _function_role(queue_ids: dict[str, str]) -> dict[str, Any]:
             "ManagedPolicyArns": ["arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"],
             "Policies": [
                 {
-                    "PolicyName": "queues",
+                    "PolicyName": "queues-and-secret",
                     "PolicyDocument": {
                         "Version": "2012-10-17",
                         "Statement": [
@@ -285,7 +293,12 @@ def _function_role(queue_ids: dict[str, str]) -> dict[str, Any]:
                                     "sqs:GetQueueAttributes",
                                 ],
                                 "Resource": queues,
-                            }
+                            },
+                            {
+                                "Effect": "Allow",
+                                "Action": "secretsmanager:GetSecretValue",
+                                "Resource": {"Ref": "SecretArn"},
+                            },
                         ],
                     },
                 }

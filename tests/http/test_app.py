@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from starlette.requests import Request
@@ -11,6 +14,7 @@ from starlette.responses import Response, StreamingResponse
 from lib.http.app import function_app
 from lib.http.errors import ApiError
 from lib.http.routing import guarded, route
+from lib.local.paths import PROJECT_ROOT
 from tests.support.functions import OPEN, client_for
 
 
@@ -85,3 +89,30 @@ async def test_failure_after_the_stream_started_is_logged_not_answered(
     assert response.status_code == 200
     assert response.text == "first\n"
     assert "mid-stream failure" in capsys.readouterr().err
+
+
+def import_function(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A fresh process importing one function as Vercel's runtime does (its cold start)."""
+    load = "from lib.bundle import PROJECT_ROOT; from lib.runtime.functions import load_function_module as load;"
+    return subprocess.run(
+        [sys.executable, "-c", f"{load} load(PROJECT_ROOT, 'api/feed/index.py'); print('started')"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("missing", ["CLERK_AUTHORIZED_PARTIES", "ERMIS_PSEUDONYM_KEY"])
+def test_a_production_function_without_what_production_needs_refuses_to_start(missing: str) -> None:
+    ready = {**os.environ, "VERCEL_ENV": "production", "CLERK_AUTHORIZED_PARTIES": "https://news.example"}
+    ready["ERMIS_PSEUDONYM_KEY"] = "pseudonym-key-for-the-test"
+    started = import_function(ready)
+    assert (started.returncode, started.stdout.strip()) == (0, "started"), started.stderr
+    refused = import_function({**ready, missing: ""})
+    assert (refused.returncode, refused.stdout) == (1, "")
+    [line] = refused.stderr.strip().splitlines()  # one line, naming the variable
+    assert line.startswith(f"ermis: refusing to start: {missing} must be set in production")
+    preview = import_function({**ready, missing: "", "VERCEL_ENV": "preview"})
+    assert preview.returncode == 0, preview.stderr

@@ -71,3 +71,23 @@ def test_a_missing_variable_is_one_line() -> None:
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("error: DATABASE_URL, CLERK_JWT_KEY must be set")
+
+
+def test_a_production_server_without_what_production_needs_is_one_line(database_url: str, session_keys) -> None:
+    result = subprocess.run(
+        [str(PROJECT_ROOT / "scripts/serve")],
+        env=serve_env(
+            DATABASE_URL=database_url,
+            CLERK_JWT_KEY=session_keys[1],
+            ERMIS_ENV="production",
+            CLERK_AUTHORIZED_PARTIES="https://news.example",
+            ERMIS_PSEUDONYM_KEY="",
+        ),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    [line] = [line for line in result.stderr.strip().splitlines() if line]
+    assert line.startswith("ermis: refusing to start: ERMIS_PSEUDONYM_KEY must be set in production")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -34,14 +36,18 @@ from lib.ops.aws_streams import (
     target_requests_per_minute,
 )
 from lib.ops.aws_template import build_template
+from lib.runtime.aws.secrets import SECRET_VARIABLES, STREAM_SECRET_VARIABLES, forget_loaded_secret
 from lib.streams.watch import PING_SECONDS
 from tests.ops.test_aws_template import apply_what_moto_cloudformation_lacks, resources_of
 from tests.runtime.aws.test_http import http_api_v2_event
 from tests.support.auth import session_headers
 from tests.support.aws import (
+    ORIGIN_SECRET,
     SITE_DOMAIN,
+    STACK_SECRETS,
     MotoAws,
     StackValues,
+    create_stack_secret,
     deploy_stack,
     invoke_lambda,
     moto_aws,
@@ -49,14 +55,13 @@ from tests.support.aws import (
     template_values,
 )
 from tests.support.catalogs import add_draft
+from tests.support.security import record
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS")
 TEMPLATE = build_template()
 STREAM_ROUTES = [route for route in discover_routes(PROJECT_ROOT) if is_stream(route)]
 STREAMS_DOMAIN = "streams.example.com"
 IMAGE = "123456789012.dkr.ecr.eu-north-1.amazonaws.com/ermis-streams:1"
-LISTEN_URL = "postgresql://ermis@db.internal:5432/ermis"
-ORIGIN_SECRET = "origin-secret-for-tests"
 CLOUDFRONT_PREFIX_LIST = "com.amazonaws.global.cloudfront.origin-facing"
 
 
@@ -97,7 +102,6 @@ def streams_parameters(aws: MotoAws) -> dict[str, str]:
         "StreamsDomainName": STREAMS_DOMAIN,
         "StreamsCertificateArn": certificate(aws, STREAMS_DOMAIN),
         "StreamsHostedZoneId": zone.rsplit("/", 1)[-1],
-        "DatabaseListenUrl": LISTEN_URL,
     }
 
 
@@ -176,10 +180,10 @@ def test_a_home_missing_a_part_is_refused_before_anything_is_created() -> None:
     whole = {"StreamsImageUri": IMAGE, "VpcId": "vpc-1", "StreamsDomainName": STREAMS_DOMAIN}
     whole |= {"StreamsCertificateArn": "arn:aws:acm:eu-north-1:1:certificate/s", "StreamsHostedZoneId": "Z1"}
     whole |= {"LoadBalancerSubnetIds": "subnet-1,subnet-2", "TaskSubnetIds": "subnet-3"}
-    whole |= {"CloudFrontPrefixListId": "pl-1", "StreamsOriginSecret": "s3cr3t"}
+    whole |= {"CloudFrontPrefixListId": "pl-1"}
     assert refusals(whole) == [] and refusals({}) == []  # no image: no home, nothing needed
     for missing in ("VpcId", "StreamsDomainName", "StreamsCertificateArn", "StreamsHostedZoneId", "TaskSubnetIds",
-                    "CloudFrontPrefixListId", "StreamsOriginSecret"):  # fmt: skip
+                    "CloudFrontPrefixListId"):  # fmt: skip
         assert refusals({**whole, missing: ""}) == [f"StreamsImageUri needs {missing}"]
     assert refusals({"SiteDomainName": SITE_DOMAIN}) == ["SiteDomainName needs SiteCertificateArn (ACM, us-east-1)"]
 
@@ -226,11 +230,22 @@ def test_the_streams_home_deploys_into_cloudformation(aws: MotoAws) -> None:
     [container] = definition["containerDefinitions"]
     environment = {item["name"]: item["value"] for item in container["environment"]}
     assert container["image"] == IMAGE and container["portMappings"][0]["containerPort"] == 8080
-    assert environment["ERMIS_DATABASE_LISTEN_URL"] == LISTEN_URL
     assert int(environment["ERMIS_SSE_MAX_DURATION_S"]) < delay
     assert environment["ERMIS_ALLOWED_ORIGINS"] == f"https://{SITE_DOMAIN}"
-    assert {"DATABASE_URL", "CLERK_JWT_KEY", "REDIS_URL"} <= set(environment)
-    assert not {"CRON_SECRET", "ERMIS_QUEUE_SIGNING_SECRET"} & set(environment)  # the streams need neither
+    assert (environment["ERMIS_ENV"], environment["CLERK_AUTHORIZED_PARTIES"]) == (
+        "production",
+        f"https://{SITE_DOMAIN}",
+    )
+    # The secrets by reference (what ecs:DescribeTaskDefinition shows holds none of them), and
+    # only those the streams use: no cron bearer, no queue key.
+    secret_arn = aws.client("secretsmanager").describe_secret(SecretId="ermis/functions")["ARN"]
+    assert {item["name"]: item["valueFrom"] for item in container["secrets"]} == {
+        name: f"{secret_arn}:{name}::" for name in STREAM_SECRET_VARIABLES
+    }
+    assert not set(SECRET_VARIABLES) & set(environment)
+    shown = json.dumps(ecs.describe_task_definition(taskDefinition=definition_arn), default=str)
+    assert [name for name, value in STACK_SECRETS.items() if value in shown] == []
+    assert not {"CRON_SECRET", "ERMIS_QUEUE_SIGNING_SECRET"} & set(STREAM_SECRET_VARIABLES)  # the streams need neither
     assert service["loadBalancers"] == [
         {"targetGroupArn": target_group["TargetGroupArn"], "containerName": "streams", "containerPort": 8080}
     ]
@@ -303,12 +318,11 @@ async def test_without_its_home_the_streams_are_nowhere_and_polling_answers(
     session_keys: tuple[str, str],
     mint_token: Callable[..., str],
 ) -> None:
-    parameters = {
-        "DatabaseUrl": database_url,
-        "RedisUrl": redis_url,
-        "ClerkJwtKey": session_keys[1],
-        "CronSecret": "a-cron-secret",
-    }
+    # The functions' secret, holding what this test's services need; the functions read it from
+    # moto's Secrets Manager at their cold start (nothing of it is in their environment).
+    secret = {**STACK_SECRETS, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "CLERK_JWT_KEY": session_keys[1]}
+    secret |= {"SENTRY_DSN": "", "ERMIS_DATABASE_LISTEN_URL": ""}
+    parameters = {"SecretArn": create_stack_secret(aws, secret)}
     deploy_stack(aws, TEMPLATE, **parameters)
     assert aws.client("ecs").list_clusters()["clusterArns"] == []
     assert aws.client("elbv2").describe_load_balancers()["LoadBalancers"] == []
@@ -324,7 +338,10 @@ async def test_without_its_home_the_streams_are_nowhere_and_polling_answers(
         for function in aws.client("lambda").list_functions()["Functions"]
     }
     await add_draft(db, "org_a", "s1")
-    member = session_headers(mint_token(org_id="org_a", org_role="org:member"))
+    set_env(**dict.fromkeys(SECRET_VARIABLES))  # restored after the test, whatever the secret wrote
+    forget_loaded_secret()
+    site = f"https://{SITE_DOMAIN}"  # CLERK_AUTHORIZED_PARTIES: the site's origin
+    member = session_headers(mint_token(org_id="org_a", org_role="org:member", azp=site))
     for file, path in [
         ("api/feed/index.py", "/api/feed"),
         ("api/notifications/index.py", "/api/notifications"),
@@ -339,11 +356,12 @@ async def test_without_its_home_the_streams_are_nowhere_and_polling_answers(
 
     # Behind the distribution a function's Host is the HTTP API's: the site's own origin is allowed.
     set_env(**deployed["api/admin/rss/refresh.py"])
-    cookie = {"cookie": f"__session={mint_token(org_id='org_a', org_role='org:member')}"}
+    cookie = {"cookie": f"__session={mint_token(org_id='org_a', org_role='org:member', azp=site)}"}
     for origin, refused in [(f"https://{SITE_DOMAIN}", False), ("https://elsewhere.example", True)]:
         event = http_api_v2_event("/api/admin/rss/refresh", "POST", {**cookie, "origin": origin})
         answer = await invoke_lambda(set_env, "api/admin/rss/refresh.py", event)
         assert (json.loads(answer["body"])["error"]["code"] == "cross_origin_refused") is refused, answer
+    forget_loaded_secret()
 
 
 def ecs_shape(value: Any, key: str = "") -> Any:
@@ -447,3 +465,43 @@ def test_every_answer_through_cloudfront_gets_the_edge_headers_hsts_included() -
     distribution = TEMPLATE["Resources"]["EdgeDistribution"]["Properties"]["DistributionConfig"]
     behaviours = [distribution["DefaultCacheBehavior"], *distribution["CacheBehaviors"]["Fn::If"][1]]
     assert {json.dumps(b["ResponseHeadersPolicyId"]) for b in behaviours} == {'{"Ref": "EdgeResponseHeaders"}'}
+
+
+ORIGIN_SECRETS_REFUSED = {
+    "empty": "",
+    "short": "0123456789abcdef",
+    "a wildcard *": "*" + "a" * 40,
+    "a wildcard ?": "?" * 40,
+    "a space": "correct horse battery staple and more words",
+}
+
+
+@pytest.mark.security
+def test_the_origin_secret_must_be_long_and_free_of_the_load_balancer_s_wildcards(tmp_path: Path) -> None:
+    """Judged by AWS's own cfn-lint: each value given as the parameter's value (its default, which
+    cfn-lint checks against the parameter's MinLength and AllowedPattern as CloudFormation does)
+    is refused, and a 64-hex value is not; the parameter has no default of its own."""
+    parameter = TEMPLATE["Parameters"]["StreamsOriginSecret"]
+    assert "Default" not in parameter
+    cases = {**ORIGIN_SECRETS_REFUSED, "good": "0123456789abcdef" * 4}
+    paths = {}
+    for name, value in cases.items():
+        variant = json.loads(json.dumps(TEMPLATE))
+        variant["Parameters"]["StreamsOriginSecret"]["Default"] = value
+        paths[name] = tmp_path / f"{name.replace(' ', '-').replace('*', 'star').replace('?', 'q')}.json"
+        paths[name].write_text(json.dumps(variant))
+    linted = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "json", *map(str, paths.values())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    refused = {
+        name
+        for name, path in paths.items()
+        for finding in json.loads(linted.stdout or "[]")
+        if finding["Filename"].endswith(path.name) and finding["Rule"]["Id"] == "E2015"
+    }
+    record("targets", "a CloudFront origin secret that is short, empty or holds a wildcard", tried=len(cases),
+           bad=len(refused ^ set(ORIGIN_SECRETS_REFUSED)))  # fmt: skip
+    assert refused == set(ORIGIN_SECRETS_REFUSED)

@@ -20,7 +20,17 @@ from lib.bundle import PROJECT_ROOT, read_vercel_config
 from lib.jobs.schedule import load_crons
 from lib.local.routing import discover_routes
 from lib.ops.aws_template import aws_cron_expression, build_template
-from tests.support.aws import MotoAws, StackValues, deploy_stack, moto_aws, redrive_policy, stack_values
+from lib.runtime.aws.secrets import SECRET_VARIABLES
+from tests.support.aws import (
+    SITE_DOMAIN,
+    STACK_SECRETS,
+    MotoAws,
+    StackValues,
+    deploy_stack,
+    moto_aws,
+    redrive_policy,
+    stack_values,
+)
 
 # Expected: moto's CloudFormation names the two resource types it skips (applied below instead).
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS")
@@ -142,6 +152,16 @@ def test_the_template_deploys_into_cloudformation(aws: MotoAws) -> None:
         assert function["Timeout"] == durations.get(file, {}).get("maxDuration", 60)
         assert function["Environment"]["Variables"]["ERMIS_QUEUE_TRANSPORT"] == "sqs"
         assert function["Environment"]["Variables"]["ERMIS_SQS_QUEUE_URL_RSS_INGEST"].endswith("/ermis-rss-ingest")
+    secret_arn = aws.client("secretsmanager").describe_secret(SecretId="ermis/functions")["ARN"]
+    for function in deployed.values():  # what lambda:GetFunctionConfiguration shows anyone allowed it
+        shown = json.dumps(functions.get_function_configuration(FunctionName=function["FunctionName"]))
+        assert [name for name, value in STACK_SECRETS.items() if value in shown] == []
+        variables = function["Environment"]["Variables"]
+        assert variables["ERMIS_SECRET_ARN"] == secret_arn and not set(SECRET_VARIABLES) & set(variables)
+        assert (variables["ERMIS_ENV"], variables["CLERK_AUTHORIZED_PARTIES"]) == (
+            "production",
+            f"https://{SITE_DOMAIN}",
+        )
     mappings = functions.list_event_source_mappings()["EventSourceMappings"]
     by_function = {mapping["FunctionArn"]: mapping for mapping in mappings}
     for file, topic in triggers.items():
@@ -164,6 +184,23 @@ def test_the_template_deploys_into_cloudformation(aws: MotoAws) -> None:
     assert sorted(created["routes"]) == sorted(
         f"ANY {route.pattern}" for route in discover_routes(PROJECT_ROOT) if route.file in HTTP_FILES
     )
+
+
+def test_the_functions_may_read_their_secret_and_nothing_else_of_secrets_manager() -> None:
+    [statement] = [
+        statement
+        for policy in TEMPLATE["Resources"]["FunctionRole"]["Properties"]["Policies"]
+        for statement in policy["PolicyDocument"]["Statement"]
+        if "secretsmanager" in json.dumps(statement["Action"])
+    ]
+    assert (statement["Action"], statement["Resource"]) == ("secretsmanager:GetSecretValue", {"Ref": "SecretArn"})
+
+
+def test_a_deployment_s_parameters_take_the_secret_s_arn_not_its_values() -> None:
+    parameters = TEMPLATE["Parameters"]
+    assert not set(SECRET_VARIABLES) & {spec.get("Description", "").split(":")[0] for spec in parameters.values()}
+    assert "Default" not in parameters["SecretArn"]
+    assert [name for name, spec in parameters.items() if spec.get("NoEcho")] == ["StreamsOriginSecret"]
 
 
 def apply_what_moto_cloudformation_lacks(aws: MotoAws, values: StackValues) -> dict[str, list[str]]:

@@ -20,6 +20,7 @@ from moto.server import ThreadedMotoServer
 from lib.bundle import PROJECT_ROOT
 from lib.queues.transport import sqs_client
 from lib.runtime.aws import entry
+from lib.runtime.aws.secrets import SECRET_VARIABLES
 
 REGION = "eu-north-1"  # Stockholm, where vercel.json's arn1 runs
 # moto's CloudFormation cannot evaluate ``Fn::GetAtt`` of the distribution, which it does not
@@ -91,9 +92,21 @@ def redrive_policy(sqs: Any, queue_url: str) -> dict[str, Any]:
     return json.loads(attributes["RedrivePolicy"])
 
 
+# The stack's secret: a value for every variable, each one recognisable wherever it turns up.
+STACK_SECRETS = {name: f"value-of-{name.lower()}-9c4e1f07" for name in SECRET_VARIABLES}
+ORIGIN_SECRET = "origin-secret-for-tests-0123456789abcdef"  # the 32 characters and more the template asks
+
+
+def create_stack_secret(aws: MotoAws, values: dict[str, str] = STACK_SECRETS, name: str = "ermis") -> str:
+    """The Secrets Manager secret the template's ``SecretArn`` names, in moto; returns its ARN."""
+    return aws.client("secretsmanager").create_secret(Name=f"{name}/functions", SecretString=json.dumps(values))["ARN"]
+
+
 def deploy_stack(aws: MotoAws, template: dict[str, Any], name: str = "ermis", **parameters: str) -> dict[str, str]:
-    """Create the stack in moto's CloudFormation (the function package uploaded to moto's S3 first);
-    returns its outputs."""
+    """Create the stack in moto's CloudFormation (the function package uploaded to moto's S3, and
+    the stack's secret to its Secrets Manager, first); returns its outputs."""
+    if "SecretArn" not in parameters:
+        parameters["SecretArn"] = create_stack_secret(aws, name=name)
     s3 = aws.client("s3")
     s3.create_bucket(Bucket=f"{name}-code", CreateBucketConfiguration={"LocationConstraint": REGION})
     s3.put_object(Bucket=f"{name}-code", Key="bundle.zip", Body=function_package())
@@ -113,7 +126,13 @@ def deploy_stack(aws: MotoAws, template: dict[str, Any], name: str = "ermis", **
 def stack_parameters(name: str, parameters: dict[str, str]) -> dict[str, str]:
     """What ``deploy_stack`` gives the stack: the package's place, the site's domain, and ``parameters``."""
     site = {"SiteDomainName": SITE_DOMAIN, "SiteCertificateArn": SITE_CERTIFICATE}
-    return {"CodeBucket": f"{name}-code", "CodeKey": "bundle.zip", **site, **parameters}
+    return {
+        "CodeBucket": f"{name}-code",
+        "CodeKey": "bundle.zip",
+        "StreamsOriginSecret": ORIGIN_SECRET,
+        **site,
+        **parameters,
+    }
 
 
 def function_package() -> bytes:
@@ -200,7 +219,8 @@ def stack_values(
 ) -> StackValues:
     """The values of the stack ``deploy_stack`` created with ``parameters``, its ``Fn::GetAtt``
     values read back from moto's APIs."""
-    values = template_values(template, stack_parameters(name, parameters), name)
+    given = {"SecretArn": aws.client("secretsmanager").describe_secret(SecretId=f"{name}/functions")["ARN"]}
+    values = template_values(template, stack_parameters(name, {**given, **parameters}), name)
     listed = aws.client("cloudformation").list_stack_resources(StackName=name)["StackResourceSummaries"]
     physical = {
         item["LogicalResourceId"]: item["PhysicalResourceId"]

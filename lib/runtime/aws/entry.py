@@ -1,8 +1,9 @@
 """The one Lambda handler of every function: ``lib.runtime.aws.entry.handler``.
 
 Each function of the template sets ``ERMIS_AWS_ENTRYPOINT`` to the ``api/`` file it serves; the
-file is loaded once per process as Vercel's bootstrap loads it (``lib.runtime.functions``), and
-the event's shape picks the path:
+file is loaded once per process as Vercel's bootstrap loads it (``lib.runtime.functions``),
+after the function's secrets are read into the environment (``secrets``: by reference, once
+per cold start), and the event's shape picks the path:
 
 - SQS records → the consumer that file created (``ERMIS_AWS_QUEUE_TOPIC``: its wire topic),
   through ``sqs.handle_sqs_event``;
@@ -26,6 +27,7 @@ from lib.queues.consumer import QueueConsumer, registered_consumers
 from lib.queues.topics import wire_topic
 from lib.runtime.aws.http import lambda_handler_for
 from lib.runtime.aws.scheduler import run_scheduled_cron
+from lib.runtime.aws.secrets import load_secret_environment
 from lib.runtime.aws.sqs import handle_sqs_event
 from lib.runtime.functions import load_function_module
 
@@ -67,6 +69,7 @@ def _consumer() -> QueueConsumer:
 
 
 def handler(event: dict[str, Any], context: Any) -> Any:
+    load_secret_environment()  # at the cold start (a no-op after), before the module reads anything
     module = _function_module()
     records = event.get("Records") or []
     if records and records[0].get("eventSource") == "aws:sqs":
