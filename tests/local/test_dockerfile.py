@@ -117,12 +117,17 @@ async def test_the_health_check_passes_without_the_database() -> None:
     assert await asyncio.to_thread(health_check, port) == 1  # nothing listening: unhealthy
 
 
-def task_environment(**secrets: str) -> dict[str, str]:
-    """The container's environment as the AWS template's task definition sets it, with ``secrets``
-    for its parameters (``DatabaseUrl``, ``DatabaseListenUrl``, ...)."""
+SITE = "https://127.0.0.1"  # the site's origin, and so CLERK_AUTHORIZED_PARTIES, in these tasks
+
+
+def task_environment(**secret: str) -> dict[str, str]:
+    """The container's environment as ECS starts it from the AWS template's task definition: its
+    ``Environment``, and its ``Secrets`` resolved from ``secret`` (the secret's JSON object)."""
     [container] = TEMPLATE["Resources"]["StreamsTaskDefinition"]["Properties"]["ContainerDefinitions"]
-    values = StackValues({"SentryDsn": "", "SiteDomainName": "127.0.0.1", **secrets}, {}, {"SiteDomainGiven": True})
-    return {item["Name"]: values.resolve(item["Value"]) for item in container["Environment"]}
+    parameters = {"SiteDomainName": "127.0.0.1", "ClerkAuthorizedParties": ""}
+    values = StackValues(parameters, {}, {"SiteDomainGiven": True, "ClerkPartiesGiven": False})
+    plain = {item["Name"]: values.resolve(item["Value"]) for item in container["Environment"]}
+    return plain | {item["Name"]: secret[item["Name"]] for item in container["Secrets"]}
 
 
 def test_the_template_runs_the_port_the_image_listens_on() -> None:
@@ -137,12 +142,13 @@ async def test_it_serves_the_three_streams_and_ends_each_cleanly_at_sigterm(
     stream's first frame, a change pushed to each, and ``stream.end`` to each at SIGTERM."""
     await add_draft(db, "org_a", "s1")
     await alert(db, "a1", "org_a")
-    env = task_environment(
-        DatabaseUrl=database_url, DatabaseListenUrl=database_url, RedisUrl=redis_url, ClerkJwtKey=session_keys[1]
-    )
+    secret = {"DATABASE_URL": database_url, "ERMIS_DATABASE_LISTEN_URL": database_url, "REDIS_URL": redis_url}
+    secret |= {"CLERK_JWT_KEY": session_keys[1], "ERMIS_PSEUDONYM_KEY": "pseudonym-key-of-the-task", "SENTRY_DSN": ""}
+    env = task_environment(**secret)
+    assert (env["ERMIS_ENV"], env["CLERK_AUTHORIZED_PARTIES"]) == ("production", SITE)  # it starts as production
     with container(**env) as (process, url, _):
         assert await eventually(lambda: answering(url + "/__health"), timeout_s=60)
-        headers = session_headers(mint_token(sub="user_a", org_id="org_a", org_role="org:owner"))
+        headers = session_headers(mint_token(sub="user_a", org_id="org_a", org_role="org:owner", azp=SITE))
         streams = {
             "feed.changed": f"{url}/api/feed/events",
             "story.phase": f"{url}/api/stories/s1/events",
