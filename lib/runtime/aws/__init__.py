@@ -6,7 +6,10 @@ EventBridge Scheduler.
   verify, claim, handler, telemetry and dead-letter record as on Vercel — answering
   ``batchItemFailures`` and setting each retry's backoff with ``ChangeMessageVisibility``.
 - ``scheduler``: an EventBridge Scheduler invocation running a cron job's scheduled GET.
+- ``secrets``: the function's secrets, read by reference (``ERMIS_SECRET_ARN``, one Secrets
+  Manager secret) into the environment once per cold start.
 - ``entry``: the one Lambda handler every function uses; ``ERMIS_AWS_ENTRYPOINT`` names the
   ``api/`` file it serves, and the event's shape says which of the three it is.
-- ``template``: the CloudFormation template derived from ``vercel.json`` (``scripts/aws-template``).
+
+The CloudFormation template is ``lib.ops.aws_template`` (``scripts/aws-template``).
 """
