@@ -36,6 +36,10 @@ SECURITY = Report(
         "error reports": ("Errors reported to Sentry next to secrets", ["tried", "bad"]),
         "erasure": ("Erasures raced by the ledger redrive and writers: the person left anywhere", ["tried", "bad"]),
         "headers": ("Answers without the security headers (CSP, framing, sniffing, referrer)", ["tried", "bad"]),
+        "deployed configuration": (
+            "Secret values readable in the deployment's configuration (AWS, moto)",
+            ["tried", "bad"],
+        ),
         "console links": (
             "Links to the console with hostile parameters (refreshes too often, or two at once)",
             ["tried", "bad"],
