@@ -13,12 +13,15 @@ from lib.settings import get_settings
 
 
 def env_setter(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
-    """``set_env(NAME="value", OTHER=None)``: set or unset variables until the patch is undone."""
+    """``set_env(NAME="value", OTHER=None)``: set or unset variables until the patch is undone.
+    A variable unset here is restored to what it was before the test even when code set it
+    meanwhile (a Lambda's cold start writes its secret's values into the environment)."""
 
     def apply(**values: str | None) -> None:
         for name, value in values.items():
             if value is None:
-                monkeypatch.delenv(name, raising=False)
+                monkeypatch.setenv(name, "")  # recorded, so the undo restores the original (absent: removed)
+                monkeypatch.delenv(name)
             else:
                 monkeypatch.setenv(name, value)
         get_settings.cache_clear()
