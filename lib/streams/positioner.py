@@ -2,11 +2,14 @@
 
 A writer only inserts its ``stream_changes`` rows, position ``NULL`` (migration 0016: no
 ``pg_notify``, no lock another writer takes). A *round* — ``ermis_position_changes``, one
-statement — positions the committed rows still without one, oldest logged first, under one
+statement in a READ COMMITTED transaction of its own with its own lock and statement timeouts,
+one round trip — positions the committed rows still without one, oldest logged first, under one
 advisory lock held until its own commit is visible, and answers the channels that advanced with
-their new heads. Rounds never overlap and each draws above every earlier one, so within a channel
-nothing becomes visible below a position a reader has passed; a round sees only committed rows, so
-a transaction left open elsewhere holds no stream back.
+their new heads. It never waits on a row another transaction holds (migration 0019): such a
+row's channel waits for a later round, and every other channel goes on. Rounds never overlap
+and each draws above every earlier one, so within a channel nothing becomes visible below a
+position a reader has passed; a round sees only committed rows, so a transaction left open
+elsewhere holds no stream back.
 
 Who runs rounds:
 
@@ -38,8 +41,19 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
 psycopg_rows = lazy_import("psycopg.rows")
+psycopg_pq = lazy_import("psycopg.pq")
 
 ROUND_SIZE = 5000  # rows per round: a bulk import is positioned (and its commit flushed) in steps
+ROUND_LOCK_TIMEOUT_MS = 1000  # the advisory lock: another round holds it for milliseconds
+ROUND_STATEMENT_TIMEOUT_MS = 10_000
+# One round trip, one transaction of the round's own: its isolation level (the function needs READ
+# COMMITTED whatever the database's default) and its time bounds, which a transaction pooler
+# keeps too (they are the transaction's, not the session's).
+_ROUND = (
+    "BEGIN ISOLATION LEVEL READ COMMITTED;"
+    f" SET LOCAL lock_timeout = {ROUND_LOCK_TIMEOUT_MS}; SET LOCAL statement_timeout = {ROUND_STATEMENT_TIMEOUT_MS};"
+    f" SELECT channel, head, moved, after FROM ermis_position_changes({ROUND_SIZE}); COMMIT"
+)
 
 
 class Advance(NamedTuple):
@@ -60,9 +74,19 @@ Advanced = dict[str, Advance]  # channel → its advance
 async def position_round(conn: AsyncConnection[Any]) -> tuple[Advanced, int]:
     """One round on ``conn`` (autocommit): the channels it advanced, and how many rows it
     positioned (``ROUND_SIZE``: there may be more)."""
+    rows: list[Any] = []
     async with conn.cursor(row_factory=psycopg_rows.tuple_row) as cursor:  # pooled connections make dicts
-        await cursor.execute("SELECT channel, head, moved, after FROM ermis_position_changes(%s)", (ROUND_SIZE,))
-        rows = await cursor.fetchall()
+        try:
+            await cursor.execute(_ROUND)
+        except BaseException:
+            if conn.info.transaction_status != psycopg_pq.TransactionStatus.IDLE and not conn.closed:
+                await conn.rollback()  # a round that failed (a timeout) leaves its transaction open
+            raise
+        while True:  # the results of BEGIN, SET, SET, the round, COMMIT: the round's are the rows
+            if cursor.description is not None:
+                rows = await cursor.fetchall()
+            if not cursor.nextset():
+                break
     return {row[0]: Advance(row[3], row[1]) for row in rows}, sum(row[2] for row in rows)
 
 

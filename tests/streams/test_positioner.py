@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import psycopg
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -200,3 +201,45 @@ async def test_a_transaction_held_open_holds_no_row_back(db, database_url: str) 
     await positioned_now()
     read = await after_in_channel(ALERTS, CHANNEL, read.head, 10)
     assert [row["id"] for _, row in read.rows] == ["held"]  # positioned above what was read: not skipped
+
+
+@pytest.mark.parametrize("hold", ["DELETE FROM stream_changes", "UPDATE stream_changes SET logged_at = now()"])
+async def test_a_row_another_transaction_holds_stalls_only_its_own_channel(db, database_url: str, hold: str) -> None:
+    """A committed, unpositioned row of one channel held by another transaction (an erasure's
+    delete, an update) left open: rounds go on at once for every other channel, that channel's
+    rows wait whole (in order), and are positioned once when the holder rolls back."""
+    await insert_alerts(db, ["held-1", "held-2"], "org_held")
+    async with (
+        await psycopg.AsyncConnection.connect(database_url) as holder,
+        await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn,
+    ):
+        await holder.execute(f"{hold} WHERE channel = 'alerts|org_held' AND row_id = 'held-1'")
+        await insert_alerts(db, ["free-1"], "org_free")
+        advanced, moved = await asyncio.wait_for(position_round(conn), timeout=5)  # no wait on the lock
+        assert (set(advanced), moved) == ({"alerts|org_free"}, 1)
+        assert await position_of(db, "held-2") is None  # its channel waits whole, in order
+        await insert_alerts(db, ["free-2"], "org_free")
+        assert set((await asyncio.wait_for(position_round(conn), timeout=5))[0]) == {"alerts|org_free"}
+        await holder.rollback()
+        advanced, moved = await position_round(conn)
+        assert (set(advanced), moved) == ({"alerts|org_held"}, 2)
+        assert await position_of(db, "held-1") < await position_of(db, "held-2")
+        assert await position_round(conn) == ({}, 0)  # once
+
+
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+async def test_a_round_sets_its_own_isolation_whatever_the_database_s_default(
+    db, database_url: str, isolation: str
+) -> None:
+    await insert_alerts(db, ["i1"])
+    options = "-c default_transaction_isolation=" + isolation.replace(" ", r"\ ")
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True, options=options) as conn:
+        assert (await (await conn.execute("SHOW default_transaction_isolation")).fetchone())[0] == isolation
+        assert await position_round(conn) == ({CHANNEL: Advance(0, await position_of(db, "i1"))}, 1)
+        with pytest.raises(psycopg.errors.RaiseException, match="needs READ COMMITTED"):
+            await insert_alerts(db, ["i2"])
+            await conn.execute("SELECT * FROM ermis_position_changes(10)")  # called bare: refused, not wrong
+        assert await position_round(conn) == (
+            {CHANNEL: Advance(await position_of(db, "i1"), await position_of(db, "i2"))},
+            1,
+        )
