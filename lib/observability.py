@@ -74,6 +74,31 @@ def log_server_error(context: str, error: BaseException | str, **fields: Any) ->
     _report_to_sentry(context, error, safe_fields)
 
 
+class OutageReport:
+    """One component's outage in this process, reported once: the first failure is logged (and
+    sent to Sentry), the failures after it are only counted, and the first success after them
+    logs one recovery line saying how many there were. So a Redis outage under a thousand
+    streams is one report and one recovery per process, not one per stream and per attempt."""
+
+    def __init__(self, context: str) -> None:
+        self.context = context
+        self.failures = 0
+
+    def failed(self, error: BaseException | str, **fields: Any) -> None:
+        self.failures += 1
+        if self.failures == 1:
+            log_server_error(self.context, error, **fields)
+
+    def succeeded(self) -> None:
+        if self.failures:
+            line = {"level": "info", "context": self.context, "recovered": True, "failures": self.failures,
+                    "at": datetime.now(UTC).isoformat()}  # fmt: skip
+            self.failures = 0
+            with contextlib.suppress(Exception):
+                sys.stderr.write(json.dumps(line) + "\n")
+                sys.stderr.flush()
+
+
 def _redact_value(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)

@@ -20,7 +20,9 @@ Over a cap: 429 ``too_many_streams`` with ``Retry-After`` (the lease time: the l
 instance's slot stays taken) — ``ermis-realtime.js`` then polls, asks the stream's ``HEAD`` why it
 was refused, and opens it again after that, backing off. Redis unreachable while claiming: the
 process's cap still holds and the stream opens — the cap guards capacity, it authenticates
-nothing, so it does not take the streams down with Redis.
+nothing, so it does not take the streams down with Redis. The outage is reported once per
+process, whatever the streams' claims, renewals and releases meet meanwhile, and its end once
+(``SLOTS_OUTAGE``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from starlette.responses import Response
 
 from lib.auth.sessions import Session
 from lib.http.errors import ApiError
-from lib.observability import log_server_error
+from lib.observability import OutageReport
 from lib.redis.client import get_redis
 from lib.redis.commands import execute_command, execute_pipeline
 from lib.settings import get_settings
@@ -60,6 +62,8 @@ return 0
 """
 
 _held: Counter[tuple[str, str]] = Counter()  # ("user" | "tenant", id) → streams open in this process
+# Every slot's claim, renewal and release in this process: one report per Redis outage, one recovery.
+SLOTS_OUTAGE = OutageReport("streams:slots")
 
 
 @dataclass
@@ -89,7 +93,9 @@ class StreamSlot:
             try:
                 await execute_pipeline(client, [("ZREM", key, self.lease_id) for key in self.leased_keys])
             except Exception as error:  # noqa: BLE001 - the lease lapses on its own
-                log_server_error("streams:slot-release", error)
+                SLOTS_OUTAGE.failed(error, step="release")
+            else:
+                SLOTS_OUTAGE.succeeded()
 
     async def _keep_renewing(self, client: object, lease_s: float) -> None:
         while True:
@@ -99,7 +105,9 @@ class StreamSlot:
             try:
                 await execute_pipeline(client, renewals + [("PEXPIREAT", key, expiry) for key in self.leased_keys])
             except Exception as error:  # noqa: BLE001 - one missed renewal leaves a third of the lease
-                log_server_error("streams:slot-renew", error)
+                SLOTS_OUTAGE.failed(error, step="renew")
+            else:
+                SLOTS_OUTAGE.succeeded()
 
 
 def _too_many(whose: str, lease_s: float) -> ApiError:
@@ -137,8 +145,9 @@ async def claim_stream_slot(session: Session) -> StreamSlot:
             now_ms, now_ms + int(lease_s * 1000), slot.lease_id, caps["user"], caps["tenant"],
         )  # fmt: skip
     except Exception as error:  # noqa: BLE001 - see the module docstring: the process cap holds
-        log_server_error("streams:slot-claim", error)
+        SLOTS_OUTAGE.failed(error, step="claim")
         return slot
+    SLOTS_OUTAGE.succeeded()
     if int(outcome) != 0:
         await slot.release()
         raise _too_many("user" if int(outcome) == 1 else "tenant", lease_s)

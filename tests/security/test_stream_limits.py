@@ -19,9 +19,12 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
+from lib.auth.sessions import Session
 from lib.local.paths import PROJECT_ROOT
 from lib.local.services import free_port
+from lib.redis.client import close_redis
 from lib.settings import get_settings
+from lib.streams.limits import SLOTS_OUTAGE, claim_stream_slot
 from tests.security.conftest import ROUTER
 from tests.support.security import record
 from tests.support.servers import serve_in_thread
@@ -232,3 +235,32 @@ async def test_the_browser_client_backs_off_when_refused_and_streams_once_a_slot
     gaps = [later["t"] - earlier["t"] for earlier, later in itertools.pairwise(refused_attempts)]
     assert min(gaps) >= 1900, gaps
     assert any(line.get("open") for line in lines), lines
+
+
+async def test_a_redis_outage_under_many_streams_is_one_report_and_one_recovery(
+    redis, set_env, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Forty streams claim and release their slots while Redis cannot be reached: the process
+    reports the outage once (not per stream); back, it logs one recovery with the count."""
+    sessions = [Session(f"user_{n}", "org_outage", None, None) for n in range(40)]
+    SLOTS_OUTAGE.succeeded()
+    capsys.readouterr()
+    set_env(REDIS_URL="redis://127.0.0.1:9/0")  # nothing listens on port 9: refused at once
+    await close_redis()
+    slots = [await claim_stream_slot(session) for session in sessions]
+    for slot in slots:
+        slot.leased_keys = ("stream-slots:user:x",)  # as if claimed before the outage: release asks Redis
+        await slot.release()
+    set_env(REDIS_URL=redis_url)
+    await close_redis()
+    back = [await claim_stream_slot(session) for session in sessions[:3]]
+    for slot in back:
+        await slot.release()
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    reports = [line for line in lines if line.get("context") == "streams:slots"]
+    bad = int([line["level"] for line in reports] != ["error", "info"])
+    record("streams", "a Redis outage under 40 streams' claims and releases: reports", tried=1, bad=bad)
+    assert [(line["level"], line.get("step"), line.get("failures")) for line in reports] == [
+        ("error", "claim", None),
+        ("info", None, 80),
+    ]
