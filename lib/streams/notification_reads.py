@@ -105,12 +105,20 @@ def audience_keys(audience: Audience) -> tuple[AudienceKey, ...]:
 
 
 def _start_kind_read(
-    kind: str, channel: str, after: int | None, limit: int, read_key: Hashable, window_s: float, initial: bool
+    kind: str,
+    channel: str,
+    after: int | None,
+    limit: int,
+    read_key: Hashable,
+    window_s: float,
+    initial: bool,
+    not_before: float | None = None,
 ) -> asyncio.Future[KindPage]:
     """One channel's read, shared by every stream (of every user) at the same position of it:
     only the newest read of each is kept, so the pages of a burst are freed as they are passed.
-    A read a change made is answered from the rows the bus told (``tails``) when they cover it."""
-    if after is not None and reading_for_a_change():
+    A read a change made is answered from the rows the bus told (``tails``) when they cover it;
+    a stream's first read (``not_before``) from Postgres, by reads started since it opened."""
+    if after is not None and not_before is None and reading_for_a_change():
         told = change_listener().tails.page(channel, after, limit)
         if told is not None:
             done: asyncio.Future[KindPage] = asyncio.get_running_loop().create_future()
@@ -126,7 +134,7 @@ def _start_kind_read(
         return shaped(kind, read, initial)
 
     mode = "latest" if after is None else "after"
-    return shared_channel_reads.start((channel, mode, limit, initial), load, window_s, (after, read_key))
+    return shared_channel_reads.start((channel, mode, limit, initial), load, window_s, (after, read_key), not_before)
 
 
 def read_after(cursor: Cursor | None, channels: dict[str, str]) -> tuple[int, ...] | None:
@@ -135,29 +143,38 @@ def read_after(cursor: Cursor | None, channels: dict[str, str]) -> tuple[int, ..
 
 
 def start_audience_read(
-    audience: Audience, cursor: Cursor | None, read_keys: dict[AudienceKey, Hashable], window_s: float
+    audience: Audience,
+    cursor: Cursor | None,
+    read_keys: dict[AudienceKey, Hashable],
+    window_s: float,
+    not_before: float | None = None,
 ) -> asyncio.Future[AudienceRead]:
     """What a stream of ``audience`` at ``cursor`` reads now (``None``: it is connecting), shared
     by the streams of the audience at the same cursor and change (``read_keys``: the read key of
     each of ``audience_keys``, ``ChangeWatch.read_keys``). Each kind is shared wider (a tenant's
-    alerts by all its users) and read again only when its own channel changed."""
+    alerts by all its users) and read again only when its own channel changed. A stream's first
+    read (``not_before``: when it opened) shares only reads started since, and positions what
+    has committed before it reads, as a connect always did (``SharedReads``)."""
     channels = channels_of(audience)
     after = read_after(cursor, channels)
 
     async def load() -> AudienceRead:
-        if after is None or not change_listener().healthy:
+        if after is None or not_before is not None or not change_listener().healthy:
             await positioned_before_read()
         reads = {}
         for index, (kind, channel) in enumerate(channels.items()):
             read_key = read_keys.get(audience_key(channel))
             if after is None:
                 limit = REPLAY_LIMIT if kind in REPLAYED_KINDS else 0
-                reads[kind] = _start_kind_read(kind, channel, None, limit, read_key, window_s, initial=True)
+                reads[kind] = _start_kind_read(kind, channel, None, limit, read_key, window_s, True, not_before)
             else:
-                reads[kind] = _start_kind_read(kind, channel, after[index], PAGE_SIZE, read_key, window_s, False)
+                reads[kind] = _start_kind_read(
+                    kind, channel, after[index], PAGE_SIZE, read_key, window_s, False, not_before
+                )
         return await _audience_read(after, reads)
 
-    return shared_audience_reads.start(audience, load, window_s, (after, tuple(read_keys.values())))
+    version = (after, tuple(read_keys.values()))
+    return shared_audience_reads.start(audience, load, window_s, version, not_before)
 
 
 async def read_snapshot(audience: Audience, limit: int) -> AudienceRead:

@@ -146,7 +146,7 @@ async def notification_frames(audience: Audience, last_event_id: str | None) -> 
     report = {"report_as": "/api/notifications/events", "user": pseudonym(audience.user_id)}
 
     def start_read() -> asyncio.Future[AudienceRead]:
-        return start_audience_read(audience, cursor, watch.read_keys(), watch.share_window_s())
+        return start_audience_read(audience, cursor, watch.read_keys(), watch.share_window_s(), watch.fresh_since())
 
     def wanted() -> tuple[int, ...] | None:
         return read_after(cursor, channels_of(audience))

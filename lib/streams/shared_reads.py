@@ -8,6 +8,11 @@ it answers): one read is kept per key, the latest, so a superseded result is fre
 the next one starts — with a change a second and a 52-second window, each audience would
 otherwise hold fifty results, every one of them scanned by the garbage collector's passes.
 
+A connection's first read shares only reads started after the connection was accepted: the
+version says which change a read answers *as far as this process heard*, and while no stream of
+the process followed the key (the last one closed) it heard nothing — a read from before such a
+gap would answer the new connection with what it had before (``not_before``).
+
 A stream that needs several reads starts them all, then awaits each: the loads run together,
 and a thousand waiting streams cost a thousand callbacks, not a thousand tasks. Waiting is
 shielded, so a stream that goes away never cancels a read others share. A failed read is
@@ -31,22 +36,36 @@ Loader = Callable[[], Coroutine[Any, Any, Any]]
 
 class SharedReads:
     def __init__(self) -> None:
-        self._entries: dict[Hashable, tuple[Hashable, float, asyncio.Future[Any]]] = {}
+        # key → (version, when the entry was made, the read, [when the read began: None until it runs])
+        self._entries: dict[Hashable, tuple[Hashable, float, asyncio.Future[Any], list[float | None]]] = {}
 
-    def start(self, key: Hashable, loader: Loader, window_s: float, version: Hashable = None) -> asyncio.Future[Any]:
+    def start(
+        self,
+        key: Hashable,
+        loader: Loader,
+        window_s: float,
+        version: Hashable = None,
+        not_before: float | None = None,
+    ) -> asyncio.Future[Any]:
+        """``not_before`` (``time.monotonic()``): a read that began earlier never answers this one
+        — a connection's first read passes when it was accepted (``ChangeWatch.fresh_since``). Such
+        a read starts at the loop's next turn instead of at once, so every connection accepted in
+        the same turn (a reconnect storm) shares it."""
         now = time.monotonic()
         entry = self._entries.get(key)
         if (
             entry is not None
             and entry[0] == version
             and now - entry[1] < window_s
+            and (not_before is None or entry[3][0] is None or entry[3][0] >= not_before)
             and entry[2].get_loop() is asyncio.get_running_loop()
         ):
             return entry[2]
         self._forget_expired(now, window_s)
-        future = _start_at_once(loader())
+        began: list[float | None] = [None]
+        future = _start(_timed(loader, began), at_once=not_before is None)
         self._entries.pop(key, None)  # (re)inserted last: the entries stay in the order they started
-        self._entries[key] = (version, now, future)
+        self._entries[key] = (version, now, future, began)
         if future.done():  # it failed (or finished) before its first wait
             self._evict_if_failed(key, future)
         else:
@@ -57,14 +76,15 @@ class SharedReads:
         return await asyncio.shield(self.start(key, loader, window_s))
 
     def _evict_if_failed(self, key: Hashable, done: asyncio.Future[Any]) -> None:
-        if (done.cancelled() or done.exception() is not None) and self._entries.get(key, (None, 0, None))[2] is done:
+        entry = self._entries.get(key)
+        if (done.cancelled() or done.exception() is not None) and entry is not None and entry[2] is done:
             del self._entries[key]
 
     def _forget_expired(self, now: float, window_s: float) -> None:
         """Oldest first, up to the first still in its window (or in flight): a sweep costs what it
         removes, not every entry."""
         expired = []
-        for key, (_version, started, future) in self._entries.items():
+        for key, (_version, started, future, _began) in self._entries.items():
             if now - started < window_s or not future.done():
                 break
             expired.append(key)
@@ -72,11 +92,16 @@ class SharedReads:
             del self._entries[key]
 
 
-def _start_at_once(load: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
-    """``load`` as a task that runs now, up to its first wait (its query on the wire), instead
-    of behind every callback already queued: a change wakes hundreds of streams at once, and a
-    task started the usual way would send the one query they all wait for only after all of
-    them had taken their turn (measured: 30-50 ms of a burst's latency)."""
-    if sys.version_info >= (3, 12):
+async def _timed(loader: Loader, began: list[float | None]) -> Any:
+    began[0] = time.monotonic()
+    return await loader()
+
+
+def _start(load: Coroutine[Any, Any, Any], at_once: bool) -> asyncio.Future[Any]:
+    """``load`` as a task. ``at_once``: it runs now, up to its first wait (its query on the wire),
+    instead of behind every callback already queued: a change wakes hundreds of streams at once,
+    and a task started the usual way would send the one query they all wait for only after all
+    of them had taken their turn (measured: 30-50 ms of a burst's latency)."""
+    if at_once and sys.version_info >= (3, 12):
         return asyncio.Task(load, loop=asyncio.get_running_loop(), eager_start=True)
     return asyncio.ensure_future(load)

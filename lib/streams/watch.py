@@ -112,6 +112,8 @@ class ChangeWatch:
         self._start_read: StartRead[Any] | None = None
         self._woken: asyncio.Future[Started | None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self.opened_at = time.monotonic()  # the connection was accepted just before the watch is made
+        self._read_started = False
 
     @contextmanager
     def open(self) -> Iterator[ChangeWatch]:
@@ -165,10 +167,18 @@ class ChangeWatch:
         ``("poll", ...)`` and the read key of each."""
         return ("push" if self.listener.healthy else "poll", *self.read_keys().values())
 
+    def fresh_since(self) -> float | None:
+        """For the stream's first read, when the stream opened: no read started before it may
+        answer it (``SharedReads``: what this process heard may be stale); ``None`` after."""
+        if self._read_started:
+            return None
+        self._read_started = True
+        return self.opened_at
+
     def start_shared(self, reads: SharedReads, key: Hashable, loader: Loader) -> asyncio.Future[Any]:
         """This stream's read of ``key`` through ``reads``: shared under the stream's current
-        read key, for its sharing window."""
-        return reads.start(key, loader, self.share_window_s(), self.current_key())
+        read key, for its sharing window (its first read: with reads started since it opened)."""
+        return reads.start(key, loader, self.share_window_s(), self.current_key(), self.fresh_since())
 
     def read_key(self) -> Hashable:
         """What this moment's read is shared under, remembered as the last one read."""

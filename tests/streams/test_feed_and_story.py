@@ -21,6 +21,7 @@ from lib.streams.story import story_frames
 from tests.support.auth import session_headers
 from tests.support.catalogs import add_draft
 from tests.support.functions import client_for, load_api_app
+from tests.support.listener import healthy_listener
 from tests.support.reliability import record
 from tests.support.servers import serve_in_thread
 from tests.support.sse import capture_sse
@@ -315,3 +316,25 @@ async def test_racing_draft_writers_never_leave_the_feed_or_the_story_stale(
             client.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await client
+
+
+async def first_feed_frame(tenant: str) -> dict:
+    """A new connection's first frame of the feed stream, in this process."""
+    async with contextlib.aclosing(feed_frames(tenant)) as frames:
+        async for frame in frames:
+            text = frame.decode()
+            if "feed.changed" in text:
+                return json.loads(text.split("data: ", 1)[1].split("\n", 1)[0])
+    raise AssertionError("no feed.changed")
+
+
+async def test_a_connection_s_first_frame_is_current_after_a_gap_nobody_heard(db, redis) -> None:
+    """Close the tenant's last stream, commit drafts while no stream of this process follows the
+    tenant (so it hears nothing of them), open a stream within the sharing window: its first
+    frame counts them — a read shared before the connection was accepted never answers it."""
+    await healthy_listener()
+    await add_draft(db, "org_gap", "s1")
+    assert (await first_feed_frame("org_gap"))["draftCount"] == 1
+    for story in ("s2", "s3", "s4"):
+        await add_draft(db, "org_gap", story)
+    assert (await first_feed_frame("org_gap"))["draftCount"] == 4

@@ -5,6 +5,7 @@ flag, payloads that could break a frame, and the REST fallback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import random
@@ -30,6 +31,7 @@ from tests.support.auth import session_headers
 from tests.support.devserver import dev_token, running_dev_server
 from tests.support.eventsource_race import eventsource_client, race_alerts_and_notifications
 from tests.support.functions import client_for, load_api_app
+from tests.support.listener import healthy_listener
 from tests.support.servers import serve_in_thread
 from tests.support.sse import SseCapture, capture_sse
 from tests.support.waiting import eventually
@@ -590,3 +592,47 @@ async def test_a_standard_eventsource_cut_at_random_while_eight_writers_race_los
     assert [line for line in run.events() if line["event"] == "stream.reset" or line["initial"]] == [], seed
     assert sorted(run.delivered()) == sorted(committed), (seed, len(committed), len(connections))
     assert len(connections) >= 10, connections  # cut and resumed often, not one long connection
+
+
+async def first_frames(audience: Audience, last_event_id: str | None, seconds: float = 1.5) -> list[str]:
+    """The alert ids a new connection's frames carry in its first ``seconds``, and the last id."""
+    frames = notification_frames(audience, last_event_id)
+    texts: list[str] = []
+
+    async def collect() -> None:
+        async for frame in frames:
+            texts.append(frame.decode())
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(collect(), seconds)
+    await frames.aclose()
+    return texts
+
+
+def events_of(texts: list[str]) -> list[dict[str, str]]:
+    """Each SSE event the bytes carry, as its fields (several may come in one write)."""
+    blocks = "".join(texts).replace("\r\n", "\n").split("\n\n")
+    return [dict(line.split(": ", 1) for line in block.splitlines() if ": " in line) for block in blocks if block]
+
+
+def alert_ids(texts: list[str]) -> list[str]:
+    return [json.loads(e["data"])["id"] for e in events_of(texts) if e.get("event") == "alert.triggered"]
+
+
+def last_id(texts: list[str]) -> str:
+    return [event["id"] for event in events_of(texts) if "id" in event][-1]
+
+
+async def test_a_connect_and_a_resume_after_a_gap_nobody_heard_start_current(db, redis) -> None:
+    """The user's last stream closes; alerts commit while no stream of this process follows the
+    tenant; a connect within the sharing window replays them, and a resume from the first
+    connection's last id gets them: no read shared from before the gap answers either."""
+    await healthy_listener()
+    audience = Audience("user_gap", "org_gap", None)
+    await alert(db, "g1", "org_gap")
+    first = await first_frames(audience, None)
+    assert alert_ids(first) == ["g1"]
+    await alert(db, "g2", "org_gap")
+    assert alert_ids(await first_frames(audience, None)) == ["g1", "g2"]  # a connect: the replay
+    await alert(db, "g3", "org_gap")
+    assert alert_ids(await first_frames(audience, last_id(first))) == ["g2", "g3"]  # a resume
