@@ -68,10 +68,14 @@ def log_server_error(context: str, error: BaseException | str, **fields: Any) ->
         "at": datetime.now(UTC).isoformat(),
         **safe_fields,
     }
+    _write_line(line)
+    _report_to_sentry(context, error, safe_fields)
+
+
+def _write_line(line: dict[str, Any]) -> None:
     with contextlib.suppress(Exception):  # the sink must never take the caller down
         sys.stderr.write(json.dumps(line, default=str) + "\n")
         sys.stderr.flush()
-    _report_to_sentry(context, error, safe_fields)
 
 
 class OutageReport:
@@ -91,12 +95,9 @@ class OutageReport:
 
     def succeeded(self) -> None:
         if self.failures:
-            line = {"level": "info", "context": self.context, "recovered": True, "failures": self.failures,
-                    "at": datetime.now(UTC).isoformat()}  # fmt: skip
+            _write_line({"level": "info", "context": self.context, "recovered": True, "failures": self.failures,
+                         "at": datetime.now(UTC).isoformat()})  # fmt: skip
             self.failures = 0
-            with contextlib.suppress(Exception):
-                sys.stderr.write(json.dumps(line) + "\n")
-                sys.stderr.flush()
 
 
 def _redact_value(value: Any) -> Any:

@@ -248,7 +248,7 @@ def check_url(url: object) -> str:
     if literal is not None:
         # An address spelled in a form the URL parser would refuse (``0177.0.0.1``) is still
         # refused as the address it is, not as a parse error.
-        _refuse_unless_allowed(literal, port or (443 if scheme == "https" else 80), "is")
+        _refuse_unless_allowed(literal, port or (443 if scheme == "https" else 80), written=True)
     else:
         _check_host_name(parts.hostname)
     return url
@@ -299,16 +299,16 @@ async def checked_addresses(host: str, port: int, resolver: Resolver) -> list[st
         if allowed.allows_name(host, port):
             return [str(address) for address in addresses]
     for address in addresses:
-        _refuse_unless_allowed(address, port, "is" if literal is not None else None)
+        _refuse_unless_allowed(address, port, written=literal is not None)
     return [str(address) for address in addresses]
 
 
-def _refuse_unless_allowed(address: IPAddress, port: int, spelled: str | None) -> None:
-    """``spelled`` is ``"is"`` for an address the URL wrote (its reason is said: the tenant
-    knows the address), ``None`` for one a name resolved to (``NAME_REFUSED``)."""
+def _refuse_unless_allowed(address: IPAddress, port: int, written: bool) -> None:
+    """``written``: the URL wrote the address, so its reason is said (the tenant knows the
+    address); an address a name resolved to is refused as ``NAME_REFUSED``."""
     reason = refusal_reason(address)
     if reason is not None and not allow_list().allows_address(address, port):
-        raise DestinationRefused(f"the host {spelled} {reason}" if spelled else NAME_REFUSED)
+        raise DestinationRefused(f"the host is {reason}" if written else NAME_REFUSED)
 
 
 def redact_url(url: str | None) -> str:

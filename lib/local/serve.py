@@ -21,6 +21,7 @@ import sys
 import urllib.request
 
 from lib.bundle import PROJECT_ROOT
+from lib.http.app import refuse_to_start_unready
 from lib.local.connections import server_config
 from lib.local.server import HEALTH_PATH, Server, VercelRouter
 from lib.settings import SettingsError, get_settings
@@ -41,13 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {', '.join(missing)} must be set (scripts/serve starts no services of its own)", file=sys.stderr)
         return 1
     try:
-        refusal = get_settings().production_refusal()  # a setting out of its bounds is refused now too
+        get_settings()  # a setting out of its bounds is refused now, not at the first request
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    if refusal is not None:
-        print(f"ermis: refusing to start: {refusal}", file=sys.stderr)
-        return 1
+    refuse_to_start_unready()
     router = VercelRouter(PROJECT_ROOT)
     print(f"serving {len(router.routes)} functions on http://{args.host}:{args.port}", flush=True)
     Server(server_config(router, args.host, args.port, log_level="warning", timeout_graceful_shutdown=5)).run()

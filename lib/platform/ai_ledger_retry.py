@@ -23,8 +23,8 @@ set: one member per running erasure, scored by when it lapses, in Redis's own cl
 script here that moves or removes entries stands still: reclaim and claim move nothing, an
 acknowledgement leaves its claims on ``processing`` (the next run's reclaim lands them again;
 landing is idempotent on the entry's id), and the operator's redrive and delete answer
-``erasure_running``. Producers keep pushing at the left end, which moves no index counted from
-the right. A crashed erasure's pause lapses by itself (``ERASURE_PAUSE_MS``).
+``failed`` with the reason (``_ERASURE_RUNNING``). Producers keep pushing at the left end,
+which moves no index counted from the right. A crashed erasure's pause lapses by itself (``ERASURE_PAUSE_MS``).
 
 ``LedgerDeadLetters`` is the DLQ as a source of stuck work for the operations console: list
 (at most ``DLQ_SCAN_LIMIT`` items are read), redrive (back onto the queue, attempts reset, in

@@ -166,13 +166,16 @@ async def _apply(conn: AsyncConnection, target: ErasureTarget, subject_user_id: 
     return cursor.rowcount
 
 
+def _redis_keys_of(subject_user_id: str) -> list[str]:
+    return [pattern.format(subject_user_id) for pattern in REDIS_KEYS_OF_PERSON]
+
+
 async def erase_from_redis(subject_user_id: str, pause: ai_ledger_erasure.RedrivePause | None = None) -> dict[str, int]:
     """The person out of the retry lists and their keys gone; raises when Redis is configured
     but cannot be reached."""
     rewritten = await ai_ledger_erasure.erase_person(subject_user_id, pause)
     client = get_redis()
-    keys = [pattern.format(subject_user_id) for pattern in REDIS_KEYS_OF_PERSON]
-    deleted = 0 if client is None else int(await execute_command(client, "DEL", *keys))
+    deleted = 0 if client is None else int(await execute_command(client, "DEL", *_redis_keys_of(subject_user_id)))
     return {"redis:ai-ledger-retry-entries": rewritten, "redis:keys": deleted}
 
 
@@ -189,8 +192,7 @@ async def leftovers_of(conn: AsyncConnection, subject_user_id: str) -> dict[str,
     found["redis:ai-ledger-retry-entries"] = await ai_ledger_erasure.entries_naming(subject_user_id)
     client = get_redis()
     if client is not None:
-        keys = [pattern.format(subject_user_id) for pattern in REDIS_KEYS_OF_PERSON]
-        found["redis:keys"] = int(await execute_command(client, "EXISTS", *keys))
+        found["redis:keys"] = int(await execute_command(client, "EXISTS", *_redis_keys_of(subject_user_id)))
     return {place: count for place, count in found.items() if count}
 
 

@@ -8,7 +8,7 @@ it answers): one read is kept per key, the latest, so a superseded result is fre
 the next one starts — with a change a second and a 52-second window, each audience would
 otherwise hold fifty results, every one of them scanned by the garbage collector's passes.
 
-A connection's first read shares only reads started after the connection was accepted: the
+A connection's first read shares only reads that began after the connection was accepted: the
 version says which change a read answers *as far as this process heard*, and while no stream of
 the process followed the key (the last one closed) it heard nothing — a read from before such a
 gap would answer the new connection with what it had before (``not_before``).
@@ -29,15 +29,21 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable, Coroutine, Hashable
-from typing import Any
+from typing import Any, NamedTuple
 
 Loader = Callable[[], Coroutine[Any, Any, Any]]
 
 
+class _Entry(NamedTuple):
+    version: Hashable
+    made_at: float  # its window starts here
+    read: asyncio.Future[Any]
+    began: list[float | None]  # when the loader began to run: [None] until then
+
+
 class SharedReads:
     def __init__(self) -> None:
-        # key → (version, when the entry was made, the read, [when the read began: None until it runs])
-        self._entries: dict[Hashable, tuple[Hashable, float, asyncio.Future[Any], list[float | None]]] = {}
+        self._entries: dict[Hashable, _Entry] = {}
 
     def start(
         self,
@@ -55,17 +61,17 @@ class SharedReads:
         entry = self._entries.get(key)
         if (
             entry is not None
-            and entry[0] == version
-            and now - entry[1] < window_s
-            and (not_before is None or entry[3][0] is None or entry[3][0] >= not_before)
-            and entry[2].get_loop() is asyncio.get_running_loop()
+            and entry.version == version
+            and now - entry.made_at < window_s
+            and (not_before is None or entry.began[0] is None or entry.began[0] >= not_before)
+            and entry.read.get_loop() is asyncio.get_running_loop()
         ):
-            return entry[2]
+            return entry.read
         self._forget_expired(now, window_s)
         began: list[float | None] = [None]
         future = _start(_timed(loader, began), at_once=not_before is None)
         self._entries.pop(key, None)  # (re)inserted last: the entries stay in the order they started
-        self._entries[key] = (version, now, future, began)
+        self._entries[key] = _Entry(version, now, future, began)
         if future.done():  # it failed (or finished) before its first wait
             self._evict_if_failed(key, future)
         else:
@@ -77,15 +83,15 @@ class SharedReads:
 
     def _evict_if_failed(self, key: Hashable, done: asyncio.Future[Any]) -> None:
         entry = self._entries.get(key)
-        if (done.cancelled() or done.exception() is not None) and entry is not None and entry[2] is done:
+        if (done.cancelled() or done.exception() is not None) and entry is not None and entry.read is done:
             del self._entries[key]
 
     def _forget_expired(self, now: float, window_s: float) -> None:
         """Oldest first, up to the first still in its window (or in flight): a sweep costs what it
         removes, not every entry."""
         expired = []
-        for key, (_version, started, future, _began) in self._entries.items():
-            if now - started < window_s or not future.done():
+        for key, entry in self._entries.items():
+            if now - entry.made_at < window_s or not entry.read.done():
                 break
             expired.append(key)
         for key in expired:
